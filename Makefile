@@ -1,0 +1,30 @@
+# Two entry points: `make demo` and `make test`. Both install into .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# The CPU wheel of torch, installed first so that the package's own torch range is already
+# satisfied and pip never fetches the multi-gigabyte CUDA build on a CPU machine.
+TORCH ?= torch==2.13.0
+DEMO_OUT ?= demo
+
+.PHONY: install test demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest
+
+demo: install
+	$(VENV)/bin/blocklab compare --preset quick --out $(DEMO_OUT)
+
+bench: install
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

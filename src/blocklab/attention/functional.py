@@ -1,0 +1,36 @@
+"""Softmax attention, two ways: the fused SDPA kernel (default) and the explicit T x T matrix (reference)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from blocklab.attention.centring import allowed
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    B, T, d = x.shape
+    return x.view(B, T, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    B, H, T, dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * dh)
+
+
+def attention_matrix(q, k, causal: bool, key_mask=None) -> torch.Tensor:
+    """A = softmax(mask(Q K^T / sqrt(d_h))), shape (B, H, T, T)."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~allowed(q.shape[-2], causal, key_mask, q.device), float("-inf"))
+    return scores.softmax(-1)
+
+
+def softmax_attention(q, k, v, causal: bool, key_mask=None, impl: str = "sdpa") -> torch.Tensor:
+    """A(X) V for (B, H, T, d_h) inputs; `impl="sdpa"` never forms the T x T matrix when unmasked."""
+    if impl == "materialized":
+        return attention_matrix(q, k, causal, key_mask) @ v
+    if key_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    mask = allowed(q.shape[-2], causal, key_mask, q.device) if causal else key_mask[:, None, None, :].bool()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -1,0 +1,83 @@
+"""Attention sub-blocks: standard multi-head attention and shaped attention (He & Hofmann)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from blocklab.attention.centring import centring_matrix, centred_mean
+from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
+from blocklab.config import ModelConfig
+from blocklab.layers import gain
+
+
+class MultiHeadAttention(nn.Module):
+    """MHA(X) = concat_h(A_h(X) X W^V_h) W^P (SPEC section 1)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.cfg = cfg
+        self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        H = self.cfg.n_heads
+        q, k, v = (split_heads(f(x), H) for f in (self.q, self.k, self.v))
+        out = softmax_attention(q, k, v, self.cfg.causal, key_mask, self.cfg.attn_impl)
+        return self.proj(merge_heads(out))
+
+
+class IdentityPlus(nn.Module):
+    """W = alpha I + beta dW with dW zero at init, so W is the identity at init.
+
+    alpha=beta=None fixes both at 1 (the first SAS block's W^V = I + dW); numbers make them
+    trainable scalars (shaped-vp's W^V and W^P, whose beta/alpha ratio the probes log).
+    """
+
+    def __init__(self, d: int, alpha: float | None = None, beta: float | None = None):
+        super().__init__()
+        self.dW = nn.Linear(d, d, bias=False)
+        self.dW.zero_init = True
+        self.alpha = gain(alpha) if alpha is not None else None
+        self.beta = gain(beta) if beta is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.alpha is None:
+            return x + self.dW(x)
+        return self.alpha * x + self.beta * self.dW(x)
+
+
+class ShapedAttention(nn.Module):
+    """Per head: (alpha_h I + beta_h A_h(X) - gamma_h C) V_h, then the optional projection (He & Hofmann eq. 6).
+
+    `value`/`proj` are None (SAS: V = X, no projection), an IdentityPlus, or a plain Linear
+    (v-skipinit). `gamma=None` drops the centring term (v-skipinit). Queries are zero at
+    init unless `zero_query=False`, so with beta = gamma, beta A - gamma C = 0 at init.
+    """
+
+    def __init__(self, cfg: ModelConfig, alpha=1.0, beta=1.0, gamma=1.0, value=None, proj=None, zero_query=True):
+        super().__init__()
+        d, H = cfg.d_model, cfg.n_heads
+        self.cfg = cfg
+        self.q, self.k = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.q.zero_init = zero_query
+        self.alpha, self.beta = gain(alpha, H), gain(beta, H)
+        self.gamma = gain(gamma, H) if gamma is not None else None
+        self.value, self.proj = value, proj
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        cfg, H = self.cfg, self.cfg.n_heads
+        q, k = split_heads(self.q(x), H), split_heads(self.k(x), H)
+        v = split_heads(self.value(x) if self.value is not None else x, H)
+        alpha, beta = self.alpha.view(1, H, 1, 1), self.beta.view(1, H, 1, 1)
+        if cfg.attn_impl == "materialized":
+            T = x.shape[1]
+            m = alpha * torch.eye(T, device=x.device, dtype=v.dtype) + beta * attention_matrix(q, k, cfg.causal, key_mask)
+            if self.gamma is not None:
+                m = m - self.gamma.view(1, H, 1, 1) * centring_matrix(T, cfg.causal, key_mask, x.device, v.dtype)
+            out = m @ v
+        else:
+            out = alpha * v + beta * softmax_attention(q, k, v, cfg.causal, key_mask, "sdpa")
+            if self.gamma is not None:
+                out = out - self.gamma.view(1, H, 1, 1) * centred_mean(v, cfg.causal, key_mask)
+        out = merge_heads(out)
+        return self.proj(out) if self.proj is not None else out

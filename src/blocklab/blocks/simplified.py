@@ -1,0 +1,92 @@
+"""The simplified blocks of He & Hofmann: no attention skip, shaped attention, then no V/P, parallel, no norms."""
+from __future__ import annotations
+
+import torch.nn as nn
+
+from blocklab.attention import IdentityPlus, ShapedAttention
+from blocklab.blocks.registry import register
+from blocklab.config import ModelConfig
+from blocklab.layers import MLP, gain, make_norm
+
+
+def sas(cfg: ModelConfig, layer: int) -> ShapedAttention:
+    """SAS: no value and no projection, except W^V = I + dW in the first block."""
+    return ShapedAttention(cfg, value=IdentityPlus(cfg.d_model) if layer == 0 else None)
+
+
+class _Sequential(nn.Module):
+    """u = Attn(Norm(x)); y = u + beta_FF MLP(Norm(u)), for the attention sub-block `attn`."""
+
+    def __init__(self, cfg: ModelConfig, attn: nn.Module):
+        super().__init__()
+        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.attn = attn
+        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
+        self.beta_ff = gain(cfg.resolved("beta_ff"))
+
+    def forward(self, x, key_mask=None):
+        u = self.attn(self.norm1(x), key_mask)
+        return u + self.beta_ff * self.mlp(self.norm2(u))
+
+
+@register("v-skipinit", beta_ff=0.1)
+class VSkipInit(_Sequential):
+    """Attention matrix alpha I + beta A(X) (alpha=1, beta=0 at init) with W^V, W^P; MLP keeps its skip."""
+
+    def __init__(self, cfg, layer):
+        d = cfg.d_model
+        attn = ShapedAttention(cfg, alpha=1.0, beta=0.0, gamma=None, zero_query=False,
+                               value=nn.Linear(d, d, bias=False), proj=nn.Linear(d, d, bias=False))
+        super().__init__(cfg, attn)
+
+
+@register("shaped-vp", beta_ff=0.1)
+class ShapedVP(_Sequential):
+    """SAS with W^V, W^P kept as alpha_V I + beta_V dW, to watch beta_V / alpha_V during training."""
+
+    def __init__(self, cfg, layer):
+        d, b = cfg.d_model, cfg.beta_v
+        attn = ShapedAttention(cfg, value=IdentityPlus(d, 1.0, b), proj=IdentityPlus(d, 1.0, b))
+        super().__init__(cfg, attn)
+
+
+@register("sas", beta_ff=0.1)
+class SAS(_Sequential):
+    """u = SAS(Norm(x)); y = u + beta_FF MLP(Norm(u))."""
+
+    def __init__(self, cfg, layer):
+        super().__init__(cfg, sas(cfg, layer))
+
+
+@register("sas-p", beta_ff=0.1, beta_sa=1.0)
+class SASP(nn.Module):
+    """y = beta_SA SAS(Norm(x)) + beta_FF MLP(Norm(x)): no skip at all, one shared norm."""
+
+    def __init__(self, cfg: ModelConfig, layer: int, norm: bool = True):
+        super().__init__()
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if norm else nn.Identity()
+        self.attn = sas(cfg, layer)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
+        self.beta_sa = gain(cfg.resolved("beta_sa"))
+        self.beta_ff = gain(cfg.resolved("beta_ff"))
+
+    def forward(self, x, key_mask=None):
+        h = self.norm(x)
+        return self.beta_sa * self.attn(h, key_mask) + self.beta_ff * self.mlp(h)
+
+
+@register("sas-p-nonorm", beta_ff=0.1, beta_sa=1.0)
+class SASPNoNorm(SASP):
+    """sas-p without norms, except on the first block's input (and the model's final norm)."""
+
+    def __init__(self, cfg, layer):
+        super().__init__(cfg, layer, norm=layer == 0)
+
+
+@register("softmax-noskip", beta_ff=0.1, public=False)
+class SoftmaxNoSkip(_Sequential):
+    """Ablation for rank collapse: u = A(Norm(x)) Norm(x), plain softmax attention and no skip."""
+
+    def __init__(self, cfg, layer):
+        super().__init__(cfg, ShapedAttention(cfg, alpha=0.0, beta=1.0, gamma=None, zero_query=False))

@@ -1,0 +1,105 @@
+"""ModelConfig: every architectural choice, validated at construction (SPEC.md section 4)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+TASKS = ("clm", "mlm")
+NORMS = ("rmsnorm", "layernorm")
+ACTIVATIONS = ("relu", "gelu")
+INITS = ("normal", "xavier")
+ATTN_IMPLS = ("sdpa", "materialized")
+POSITIONS = ("learned", "sinusoidal")
+
+
+def choice(field: str, value, choices) -> None:
+    """Raise the one ValueError shape every config field uses: field, bad value, valid choices."""
+    if value not in choices:
+        raise ValueError(f"{field}={value!r} is not valid; choose one of: {', '.join(map(str, choices))}")
+
+
+def positive(field: str, value, kind=int) -> None:
+    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+        raise ValueError(f"{field}={value!r} is not valid; it must be a positive {kind.__name__}")
+
+
+@dataclass
+class ModelConfig:
+    block: str = "pre-ln"
+    task: str = "clm"
+    vocab_size: int = 8192
+    d_model: int = 256
+    n_layers: int = 6
+    n_heads: int = 4
+    d_ff: int = 1024
+    max_seq_len: int = 256
+    norm: str = "rmsnorm"
+    activation: str = "relu"
+    init: str = "normal"
+    attn_impl: str = "sdpa"
+    beta_ff: float | None = None  # None: the block's default (0.1 where the block has beta_FF)
+    beta_sa: float | None = None  # None: 1.0 (sas-p family only)
+    beta_v: float = 0.2           # shaped-vp: initial beta_V of W = alpha_V I + beta_V dW
+    positions: str = "learned"
+    tie_embeddings: bool = True
+    mlp_bias: bool = False
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        from blocklab.blocks import REGISTRY  # late import: blocks import this module
+
+        choice("block", self.block, tuple(REGISTRY))
+        choice("task", self.task, TASKS)
+        choice("norm", self.norm, NORMS)
+        choice("activation", self.activation, ACTIVATIONS)
+        choice("init", self.init, INITS)
+        choice("attn_impl", self.attn_impl, ATTN_IMPLS)
+        choice("positions", self.positions, POSITIONS)
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
+            positive(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                f"choose n_heads among the divisors of d_model"
+            )
+        for name in ("tie_embeddings", "mlp_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} is not valid; choose one of: True, False")
+        positive("norm_eps", float(self.norm_eps) if isinstance(self.norm_eps, int) else self.norm_eps, float)
+        spec = REGISTRY[self.block]
+        for name, default in (("beta_ff", spec.beta_ff), ("beta_sa", spec.beta_sa)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if default is None:
+                owners = ", ".join(b for b, s in REGISTRY.items() if getattr(s, name) is not None)
+                raise ValueError(f"{name}={value!r} does not apply to block {self.block!r}; it applies to: {owners}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name}={value!r} is not valid; it must be a number")
+        if isinstance(self.beta_v, bool) or not isinstance(self.beta_v, (int, float)):
+            raise ValueError(f"beta_v={self.beta_v!r} is not valid; it must be a number")
+
+    @property
+    def causal(self) -> bool:
+        return self.task == "clm"
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def resolved(self, name: str) -> float:
+        """beta_ff / beta_sa with the block's default filled in."""
+        from blocklab.blocks import REGISTRY
+
+        value = getattr(self, name)
+        return value if value is not None else getattr(REGISTRY[self.block], name)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"model.{unknown[0]} is not a model option; valid: {', '.join(sorted(known))}")
+        return cls(**d)

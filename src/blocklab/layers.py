@@ -1,0 +1,43 @@
+"""The small layers every block shares: norms, the MLP and trainable gains."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight (no centring, no bias)."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def make_norm(kind: str, d: int, eps: float) -> nn.Module:
+    """The one place that maps the config's `norm` to a module."""
+    if kind == "rmsnorm":
+        return RMSNorm(d, eps)
+    return nn.LayerNorm(d, eps=eps)
+
+
+class MLP(nn.Module):
+    """MLP(x) = W2 act(W1 x)."""
+
+    def __init__(self, d: int, d_ff: int, activation: str, bias: bool = False):
+        super().__init__()
+        self.fc1 = nn.Linear(d, d_ff, bias=bias)
+        self.fc2 = nn.Linear(d_ff, d, bias=bias)
+        self.act = nn.ReLU() if activation == "relu" else nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def gain(value: float, *shape: int) -> nn.Parameter:
+    """A trainable gain (alpha, beta, gamma, beta_FF, ...); 1-D or scalar, so it gets no weight decay."""
+    return nn.Parameter(torch.full(shape, float(value)))

@@ -1,0 +1,50 @@
+"""Xiong et al. (2020) at initialisation: Xavier init, LayerNorm, ReLU."""
+import torch
+
+from blocklab import ModelConfig, build_model
+
+D = 128
+
+
+def cfg(block, L):
+    return ModelConfig(block=block, vocab_size=500, d_model=D, n_layers=L, n_heads=4, d_ff=4 * D,
+                       max_seq_len=64, norm="layernorm", activation="relu", init="xavier")
+
+
+def squared_norms(block, L, seed=0):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        hs = build_model(cfg(block, L))(torch.randint(0, 500, (8, 64)), output_hidden_states=True).hidden_states
+    return [h.pow(2).sum(-1).mean().item() for h in hs]
+
+
+def last_ffn_grad(block, L, seeds=4):
+    total = 0.0
+    for s in range(seeds):
+        torch.manual_seed(s)
+        model = build_model(cfg(block, L))
+        model(torch.randint(0, 500, (8, 64)), labels=torch.randint(0, 500, (8, 64))).loss.backward()
+        total += model.blocks[-1].mlp.fc2.weight.grad.norm().item()
+    return total / seeds
+
+
+def test_pre_ln_hidden_norm_grows_between_half_and_one_and_a_half_d_per_block():
+    n = squared_norms("pre-ln", 8)
+    assert abs(n[0] / D - 1) < 0.1  # E|x_0|^2 = d from the sqrt(d)-scaled embedding
+    growth = (n[-1] - n[0]) / 8
+    assert 0.5 * D <= growth <= 1.5 * D
+    assert all(b > a for a, b in zip(n, n[1:]))
+
+
+def test_post_ln_hidden_norm_is_flat():
+    n = squared_norms("post-ln", 8)
+    assert all(abs(x / D - 1) < 0.05 for x in n)
+
+
+def test_last_ffn_gradient_constant_for_post_ln_shrinking_for_pre_ln():
+    post = [last_ffn_grad("post-ln", L) for L in (4, 8, 16)]
+    pre = [last_ffn_grad("pre-ln", L) for L in (4, 8, 16)]
+    assert max(post) / min(post) < 1.5
+    assert pre[0] > pre[1] > pre[2]
+    # Theorem 1 bounds Pre-LN's gradient by O(sqrt(1/L)): a 4x deeper model at most halves it.
+    assert pre[2] / pre[0] < 0.6
