@@ -1,0 +1,5 @@
+import sys
+
+from blocklab.cli import main
+
+sys.exit(main())

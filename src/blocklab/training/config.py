@@ -1,0 +1,209 @@
+"""Run configuration: TrainConfig, the [model]/[data]/[train] sections, TOML files and dotted overrides."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from blocklab.config import ModelConfig, choice, positive
+from blocklab.data import DataConfig
+from blocklab.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+OPTIMIZERS = ("adamw", "adam", "sgd")
+SCHEDULES = ("constant", "linear", "cosine", "inv_sqrt")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 16          # global batch (split across ranks under torchrun)
+    lr: float = 1e-3
+    optimizer: str = "adamw"
+    schedule: str = "linear"      # linear warm-up then linear decay to zero (He & Hofmann)
+    warmup_steps: int | None = None  # None: 5% of steps
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.98
+    momentum: float = 0.9         # sgd only
+    grad_clip: float = 1.0        # 0 disables clipping
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 200
+    eval_batches: int = 8
+    checkpoint_every: int = 500
+    precision: str = "fp32"
+    compile: bool = False
+    device: str = "auto"          # auto | cpu | cuda
+    divergence_factor: float = 1.5  # diverged when loss > factor * first loss (or non-finite)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "log_every", "eval_every", "eval_batches", "checkpoint_every"):
+            positive(f"train.{name}", getattr(self, name))
+        positive("train.lr", _num(self.lr), float)
+        choice("train.optimizer", self.optimizer, OPTIMIZERS)
+        choice("train.schedule", self.schedule, SCHEDULES)
+        choice("train.precision", self.precision, PRECISIONS)
+        choice("train.device", self.device, ("auto", "cpu", "cuda"))
+        if self.warmup_steps is None:
+            self.warmup_steps = int(round(0.05 * self.steps))
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"train.warmup_steps={self.warmup_steps!r} is not valid; it must be an integer >= 0")
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"train.warmup_steps={self.warmup_steps} is not valid; it must be <= train.steps={self.steps}")
+        for name in ("weight_decay", "grad_clip", "momentum"):
+            if _num(getattr(self, name)) < 0:
+                raise ValueError(f"train.{name}={getattr(self, name)!r} is not valid; it must be >= 0")
+        for name in ("beta1", "beta2"):
+            if not 0 <= _num(getattr(self, name)) < 1:
+                raise ValueError(f"train.{name}={getattr(self, name)!r} is not valid; it must be in [0, 1)")
+        if _num(self.divergence_factor) <= 1:
+            raise ValueError(f"train.divergence_factor={self.divergence_factor!r} is not valid; it must be > 1")
+
+
+def _num(x) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return float("nan")
+    return float(x)
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "RunConfig":
+        """Build and validate; model.vocab_size / max_seq_len follow data.vocab_size / seq_len unless set."""
+        raw = {k: dict(v) for k, v in raw.items()}
+        for section in raw:
+            if section not in SECTIONS:
+                raise UserError(f"unknown config section [{section}]; valid: {', '.join(SECTIONS)}")
+        for section, cls_ in SECTIONS.items():
+            known = {f.name for f in fields(cls_)}
+            for key in raw.get(section, {}):
+                if key not in known:
+                    raise UserError(f"unknown option {section}.{key}; valid {section} options: {', '.join(sorted(known))}")
+        m, d = raw.setdefault("model", {}), raw.setdefault("data", {})
+        try:
+            data = DataConfig(**d)
+            m.setdefault("vocab_size", data.vocab_size)
+            m.setdefault("max_seq_len", data.seq_len)
+            model = ModelConfig(**m)
+            train = TrainConfig(**raw.get("train", {}))
+        except (ValueError, TypeError) as e:
+            raise UserError(str(e)) from None
+        if data.seq_len > model.max_seq_len:
+            raise UserError(f"data.seq_len={data.seq_len} exceeds model.max_seq_len={model.max_seq_len}")
+        if data.vocab_size > model.vocab_size:
+            raise UserError(f"data.vocab_size={data.vocab_size} exceeds model.vocab_size={model.vocab_size}")
+        return cls(model, data, train)
+
+
+def coerce(section: str, key: str, raw: str):
+    """Turn a command-line string into the type of the dataclass field section.key."""
+    cls_ = SECTIONS[section]
+    hints = typing.get_type_hints(cls_)
+    if key not in hints:
+        known = ", ".join(sorted(hints))
+        raise UserError(f"unknown option --{section}.{key}; valid {section} options: {known}")
+    hint = str(hints[key])
+    if raw.lower() in ("none", "null") and "None" in hint:
+        return None
+    try:
+        if hints[key] is bool:
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return raw.lower() in ("true", "1", "yes")
+        if "float" in hint:
+            return float(raw)
+        if "int" in hint:
+            return int(raw)
+    except ValueError:
+        raise UserError(f"--{section}.{key} {raw!r}: expected {hint.replace('typing.', '')}") from None
+    return raw
+
+
+def parse_overrides(tokens: list[str]) -> dict:
+    """['--model.block', 'sas-p', '--train.lr=1e-3'] -> {'model': {'block': 'sas-p'}, 'train': {'lr': 0.001}}."""
+    out: dict = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("--") or "." not in tok:
+            raise UserError(f"unrecognised argument {tok!r}; overrides look like --model.block sas-p")
+        name, _, value = tok[2:].partition("=")
+        if not _:
+            if i + 1 >= len(tokens):
+                raise UserError(f"--{name} needs a value")
+            value, i = tokens[i + 1], i + 1
+        section, _, key = name.partition(".")
+        if section not in SECTIONS:
+            raise UserError(f"unknown config section in --{name}; valid: {', '.join(SECTIONS)}")
+        out.setdefault(section, {})[key.replace("-", "_")] = coerce(section, key.replace("-", "_"), value)
+        i += 1
+    return out
+
+
+def load_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> RunConfig:
+    raw: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"config file not found: {p}")
+        try:
+            raw = tomllib.loads(p.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"config file {p} is not valid TOML: {e}") from None
+        for section, value in raw.items():
+            if not isinstance(value, dict):
+                raise UserError(f"config file {p}: {section!r} must be a [section]")
+    over = parse_overrides(overrides) if isinstance(overrides, list) else (overrides or {})
+    for section, values in over.items():
+        raw.setdefault(section, {}).update(values)
+    return RunConfig.from_dict(raw)
+
+
+def to_toml(cfg: RunConfig) -> str:
+    """The resolved config as TOML (None values are left out: they mean 'the default')."""
+    lines = []
+    for section, values in cfg.to_dict().items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, (int, float)):
+                text = repr(value)
+            else:
+                text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+            lines.append(f"{key} = {text}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def describe_options() -> str:
+    """Every option with its default, for `blocklab train --help`."""
+    out = []
+    for section, cls_ in SECTIONS.items():
+        default = cls_() if section != "model" else ModelConfig()
+        out.append(f"  {section}.*")
+        for f in fields(cls_):
+            out.append(f"    --{section}.{f.name:<20} default: {getattr(default, f.name)!r}")
+    return "\n".join(out)

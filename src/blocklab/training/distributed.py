@@ -1,0 +1,53 @@
+"""torchrun integration: DistributedDataParallel with gloo on CPU and NCCL on GPU."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        if self.enabled:
+            value = value.clone()
+            dist.all_reduce(value)
+        return value
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        if not self.enabled:
+            return model
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    def close(self) -> None:
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def setup(device: str = "auto") -> Dist:
+    """Read torchrun's environment; one process without it."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    dev = torch.device("cuda", local) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return Dist(rank, world, local, dev)

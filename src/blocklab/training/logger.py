@@ -1,0 +1,69 @@
+"""Where a run's numbers go: metrics.jsonl, TensorBoard, and a progress bar on a terminal."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from blocklab.probes.gains import gain_values
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Drop rows logged after the checkpoint we resume from: they will be logged again."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= last_step:
+                keep.append(line)
+        except (ValueError, KeyError):
+            continue  # a half-written last line from a kill
+    path.write_text("".join(k + "\n" for k in keep))
+
+
+class MetricsLogger:
+    def __init__(self, out: Path, start: int, total: int, train_seconds: float, enabled: bool = True,
+                 progress: bool | None = None):
+        self.enabled = enabled
+        self.last_train_seconds = train_seconds  # tokens/s covers training compute only, not eval or checkpoints
+        if not enabled:
+            return
+        truncate_metrics(out / "metrics.jsonl", start)
+        self.file = open(out / "metrics.jsonl", "a")
+        from torch.utils.tensorboard import SummaryWriter  # slow import: only on the writing rank
+
+        self.tb = SummaryWriter(str(out / "tb"), purge_step=start + 1 if start else None)
+        show = sys.stderr.isatty() if progress is None else progress
+        self.bar = tqdm(total=total, initial=start, disable=not show, unit="step", dynamic_ncols=True)
+
+    def train_row(self, step: int, loss: float, lr: float, state: dict, tokens: int, model) -> dict:
+        seconds = max(state["train_seconds"] - self.last_train_seconds, 1e-9)
+        self.last_train_seconds = state["train_seconds"]
+        row = {"step": step, "loss": loss, "lr": lr, "tokens_per_s": tokens / seconds,
+               "tokens": state["tokens"], "elapsed_s": state["wall_seconds"]}
+        row.update({f"gain/{k}": v for k, v in gain_values(model).items()})
+        if self.enabled:
+            self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
+        return row
+
+    def write(self, row: dict) -> None:
+        if not self.enabled:
+            return
+        self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)):
+                self.tb.add_scalar(key if "/" in key else f"train/{key}", value, row["step"])
+
+    def advance(self) -> None:
+        if self.enabled:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.bar.close()
+            self.tb.close()
+            self.file.close()

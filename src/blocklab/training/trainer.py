@@ -1,0 +1,254 @@
+"""The training loop: one run directory, exact resume, divergence detection, signals, DDP."""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from blocklab.data import ClmBatches, MlmBatches, prepare
+from blocklab.errors import UserError
+from blocklab.model import build_model, count_parameters
+from blocklab.training import distributed
+from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint, write_atomic
+from blocklab.training.config import RunConfig, load_config, to_toml
+from blocklab.training.logger import MetricsLogger
+from blocklab.training.optim import lr_factor, make_optimizer, set_lr
+
+RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json", "checkpoints", "tb")
+# Fields that may change when resuming: how long to train and how often to log, not what to train.
+RESUMABLE_CHANGES = {("train", k) for k in ("steps", "log_every", "eval_every", "checkpoint_every", "eval_batches")}
+
+
+def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    if (out / "config.toml").is_file():
+        if overwrite:
+            for name in RUN_FILES:
+                p = out / name
+                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+        elif resume:
+            saved = load_config(out / "config.toml").to_dict()
+            for section, values in cfg.to_dict().items():
+                for key, value in values.items():
+                    if saved[section].get(key) != value and (section, key) not in RESUMABLE_CHANGES:
+                        raise UserError(
+                            f"{out} holds a run with {section}.{key}={saved[section].get(key)!r}, not {value!r}; "
+                            f"resume with the same config or pass --overwrite")
+        else:
+            raise UserError(f"{out} already holds a run; pass --resume to continue it or --overwrite to replace it")
+    elif resume:
+        raise UserError(f"nothing to resume: {out} holds no blocklab run")
+    elif out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} is not empty and holds no blocklab run; choose another --out")
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, out: Path, resume: bool = False, overwrite: bool = False,
+                 progress: bool | None = None, log=print):
+        self.cfg, self.out, self.log = cfg, Path(out), log
+        self.dist = distributed.setup(cfg.train.device)
+        if self.dist.main:
+            prepare_run_dir(cfg, self.out, resume, overwrite)
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.resume = resume
+        self.progress = progress
+        t, dev = cfg.train, self.dist.device
+        if t.precision == "fp16" and dev.type == "cpu":
+            raise UserError("train.precision=fp16 is not supported on CPU (too slow and unstable); use bf16 or fp32")
+        self.corpus = prepare(cfg.data, log=log if self.dist.main else (lambda *a, **k: None))
+        if self.corpus.vocab_size > cfg.model.vocab_size:
+            raise UserError(f"the tokenizer has {self.corpus.vocab_size} tokens but model.vocab_size="
+                            f"{cfg.model.vocab_size}; raise model.vocab_size")
+        self.batches = self._batches()
+        torch.manual_seed(t.seed)
+        self.model = build_model(cfg.model).to(dev)
+        self.optimizer = make_optimizer(self.model, t)
+        self.forward = self.dist.wrap(self.model)
+        if t.compile:
+            self.forward = torch.compile(self.forward)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
+        self.state = {"step": 0, "initial_loss": None, "tokens": 0, "train_seconds": 0.0, "wall_seconds": 0.0,
+                      "best_eval_loss": None, "last_eval_loss": None, "last_loss": None}
+
+    def _batches(self):
+        c, d, t = self.corpus, self.cfg.data, self.cfg.train
+        if self.cfg.model.task == "clm":
+            return ClmBatches(c.train, d.seq_len, t.batch_size, t.seed), ClmBatches(c.val, d.seq_len, t.batch_size, t.seed)
+        args = dict(seq_len=d.seq_len, batch_size=t.batch_size, seed=t.seed, mask_prob=d.mask_prob, mask_id=c.mask_id,
+                    pad_id=c.pad_id, vocab_size=c.vocab_size, special_ids=c.special_ids)
+        return MlmBatches(c.train, c.train_doc_starts, **args), MlmBatches(c.val, c.val_doc_starts, **args)
+
+    def autocast(self):
+        p, dev = self.cfg.train.precision, self.dist.device.type
+        if p == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(dev, dtype=torch.bfloat16 if p == "bf16" else torch.float16)
+
+    def loss_terms(self, batch, model):
+        """Summed token loss and the global token count, so that DDP's gradient average equals the
+        gradient of the global-batch mean even when ranks hold different numbers of masked tokens."""
+        ids, labels, *mask = (x.to(self.dist.device) for x in batch)
+        with self.autocast():
+            logits = model(ids, attention_mask=mask[0] if mask else None).logits
+        loss_sum = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+        return loss_sum, (labels != -100).sum()
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        self.model.eval()
+        total, count = 0.0, 0
+        for batch in self.batches[1].val_batches(self.cfg.train.eval_batches):
+            s, n = self.loss_terms(batch, self.model)
+            total, count = total + s.item(), count + n.item()
+        self.model.train()
+        return total / max(count, 1)
+
+    def train_step(self, step: int) -> float:
+        t = self.cfg.train
+        set_lr(self.optimizer, t.lr * lr_factor(step, t))
+        batch = self.batches[0].get(step, self.dist.rank, self.dist.world_size)
+        loss_sum, n = self.loss_terms(batch, self.forward)
+        n_global = self.dist.sum(n.detach()).clamp_min(1)
+        self.scaler.scale(loss_sum / n_global * self.dist.world_size).backward()
+        if t.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return (self.dist.sum(loss_sum.detach()) / n_global).item()
+
+    def _restore(self) -> int:
+        ckpt_root = self.out / "checkpoints"
+        if not has_checkpoint(ckpt_root):
+            self.log(f"warning: {self.out} has no checkpoint yet; starting from step 0")
+            return 0
+        ckpt = load_checkpoint(ckpt_root)
+        try:
+            self.model.load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise UserError(f"checkpoint {ckpt['path']} does not fit this model: {str(e).splitlines()[0]}") from None
+        restore_rng(ckpt)
+        self.state.update(ckpt["extra"])
+        return ckpt["step"]
+
+    def save(self, step: int) -> None:
+        if self.dist.main:
+            save_checkpoint(self.out / "checkpoints", step, self.model, self.optimizer, dict(self.state, step=step))
+
+    def summary(self, status: str, step: int, extra: dict | None = None) -> dict:
+        s, t = self.state, self.cfg.train
+        out = {"status": status, "step": step, "steps": t.steps, "block": self.cfg.model.block,
+               "task": self.cfg.model.task, "n_params": count_parameters(self.model),
+               "initial_loss": s["initial_loss"], "final_loss": s["last_loss"],
+               "final_eval_loss": s["last_eval_loss"], "best_eval_loss": s["best_eval_loss"],
+               "tokens": s["tokens"], "tokens_per_s": s["tokens"] / s["train_seconds"] if s["train_seconds"] else None,
+               "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
+               "device": str(self.dist.device), "precision": t.precision}
+        out.update(extra or {})
+        if self.dist.main:
+            write_atomic(self.out / "summary.json", json.dumps(out, indent=2) + "\n")
+        return out
+
+    def run(self) -> dict:
+        try:
+            return self._run()
+        finally:
+            self.dist.close()
+
+    def _run(self) -> dict:
+        t = self.cfg.train
+        start = self._restore() if self.resume else 0
+        if self.dist.main:
+            write_atomic(self.out / "config.toml", to_toml(self.cfg))
+            self.corpus.tokenizer.save(str(self.out / "tokenizer.json"))
+        if start >= t.steps:
+            return self.summary("completed", start)
+        logger = MetricsLogger(self.out, start, t.steps, self.state["train_seconds"], self.dist.main, self.progress)
+        stop = _SignalFlag()
+        tokens_per_step = t.batch_size * self.cfg.data.seq_len
+        window, step, status, extra = [], start, "completed", {}
+        wall0 = time.perf_counter() - self.state["wall_seconds"]
+        self.model.train()
+        try:
+            with stop:
+                for step in range(start, t.steps):
+                    t0 = time.perf_counter()
+                    loss = self.train_step(step)
+                    self.state["train_seconds"] += time.perf_counter() - t0
+                    self.state["tokens"] += tokens_per_step
+                    if self.state["initial_loss"] is None:
+                        self.state["initial_loss"] = loss
+                    if not math.isfinite(loss) or loss > t.divergence_factor * self.state["initial_loss"]:
+                        status, extra = "diverged", {"diverged_step": step + 1, "diverged_loss": loss}
+                        self.log(f"diverged at step {step + 1}: loss {loss:.4g} "
+                                 f"(initial {self.state['initial_loss']:.4g}); the last good checkpoint is kept")
+                        break
+                    window.append(loss)
+                    done = step + 1
+                    self.state["last_loss"] = loss
+                    self.state["wall_seconds"] = time.perf_counter() - wall0
+                    row = None
+                    if done % t.log_every == 0 or done == t.steps:
+                        row = logger.train_row(done, sum(window) / len(window), self.optimizer.param_groups[0]["lr"],
+                                               self.state, len(window) * tokens_per_step, self.model)
+                        window = []
+                    if done % t.eval_every == 0 or done == t.steps:
+                        ev = self.evaluate()
+                        best = self.state["best_eval_loss"]
+                        self.state.update(last_eval_loss=ev, best_eval_loss=ev if best is None else min(best, ev))
+                        row = dict(row or {"step": done}, eval_loss=ev)
+                    if row is not None:
+                        logger.write(row)
+                    logger.advance()
+                    if self.dist.sum(torch.tensor(float(stop.raised), device=self.dist.device)).item() > 0:
+                        status = "interrupted"
+                        self.save(done)
+                        self.log(f"interrupted at step {done}; checkpoint saved, resume with --resume")
+                        step = done
+                        break
+                    if done % t.checkpoint_every == 0 or done == t.steps:
+                        self.save(done)
+                    step = done
+        finally:
+            logger.close()
+        self.state["wall_seconds"] = time.perf_counter() - wall0
+        return self.summary(status, step, extra)
+
+
+class _SignalFlag:
+    """Turn the first SIGINT/SIGTERM into a flag the loop checks; a second SIGINT interrupts at once."""
+
+    def __init__(self):
+        self.raised = False
+        self._old = {}
+
+    def _handle(self, signum, frame):
+        if self.raised and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.raised = True
+
+    def __enter__(self):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def train(cfg: RunConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
+          progress: bool | None = None, log=print) -> dict:
+    """Train one run into `out`; returns the summary (also written to summary.json)."""
+    return Trainer(cfg, Path(out), resume, overwrite, progress, log).run()

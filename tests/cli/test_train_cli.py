@@ -1,0 +1,140 @@
+"""`blocklab train` and `blocklab generate` as a user runs them: processes, signals, exit codes, one-line errors."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from blocklab.cli import main
+from tests.training.conftest import as_args, corpus_dir, overrides  # noqa: F401  (fixtures)
+
+
+def blocklab(*args, env_extra=None, **kw):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "blocklab", *map(str, args)], capture_output=True, text=True,
+                          env=env, **kw)
+
+
+def losses(run: Path):
+    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+KILL_DURING_CHECKPOINT = r"""
+import os, signal, sys
+import blocklab.training.checkpoint as ck
+real = ck.save_file
+def dying(tensors, path):
+    if "step-00000015" in str(path):  # half-write the step-15 checkpoint, then die like kill -9
+        real(tensors, path)
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(tensors, path)
+ck.save_file = dying
+from blocklab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_kill_9_during_checkpoint_write_then_resume(tmp_path, overrides):
+    args = ["train", "--out", tmp_path / "cut", *as_args(overrides)]
+    p = subprocess.run([sys.executable, "-c", KILL_DURING_CHECKPOINT, *map(str, args)], capture_output=True, text=True)
+    assert p.returncode == -signal.SIGKILL
+    ckdir = tmp_path / "cut" / "checkpoints"
+    assert (ckdir / "latest").read_text() == "step-00000010" and list(ckdir.glob(".tmp-step-00000015-*"))
+    r = blocklab("train", "--out", tmp_path / "cut", "--resume", *as_args(overrides))
+    assert r.returncode == 0, r.stderr
+    assert not list(ckdir.glob(".tmp-*"))  # the half-written folder was cleaned up
+    full = blocklab("train", "--out", tmp_path / "full", *as_args(overrides))
+    assert full.returncode == 0, full.stderr
+    assert losses(tmp_path / "cut") == losses(tmp_path / "full")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, overrides, sig):
+    overrides["train"].update(steps=100_000, checkpoint_every=100_000, warmup_steps=0)
+    out = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "blocklab", "train", "--out", str(out), *as_args(overrides)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if (out / "metrics.jsonl").is_file() and len((out / "metrics.jsonl").read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["step"] >= 3
+    assert (out / "checkpoints" / "latest").read_text() == f"step-{summary['step']:08d}"
+    overrides["train"]["steps"] = summary["step"] + 2
+    r = blocklab("train", "--out", out, "--resume", *as_args(overrides))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+def one_line_error(capsys, argv, *words):
+    rc = main([str(a) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_bad_input_gives_one_line(tmp_path, overrides, capsys):
+    base = ["train", "--out", tmp_path / "r"]
+    one_line_error(capsys, base + as_args(overrides) + ["--model.block", "gpt2"], "gpt2", "sas-p")
+    one_line_error(capsys, base + as_args(overrides) + ["--model.n_heads", "3"], "n_heads")
+    one_line_error(capsys, base + as_args(overrides) + ["--train.lr", "0"], "train.lr")
+    one_line_error(capsys, base + as_args(overrides) + ["--train.warmup_steps", "50"], "warmup_steps")
+    one_line_error(capsys, base + as_args(overrides) + ["--train.colour", "red"], "train.colour")
+    one_line_error(capsys, base + as_args(overrides) + ["--data.source", tmp_path / "missing"], "missing")
+    one_line_error(capsys, base + ["--resume"] + as_args(overrides), "nothing to resume")
+    one_line_error(capsys, ["train", tmp_path / "none.toml", "--out", tmp_path / "r"], "not found")
+    assert main([str(a) for a in base + as_args(overrides) + ["--train.steps", "3"]]) == 0
+    capsys.readouterr()
+    one_line_error(capsys, base + as_args(overrides), "already holds a run")
+    (tmp_path / "r" / "checkpoints" / "step-00000003" / "optimizer.safetensors").write_bytes(b"garbage")
+    one_line_error(capsys, base + ["--resume"] + as_args(overrides) + ["--train.steps", "5"], "corrupted")
+
+
+def test_subprocess_error_has_no_traceback(tmp_path):
+    r = blocklab("train", "--out", tmp_path / "r", "--model.block", "nope")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_help_lists_every_field_with_default():
+    r = blocklab("train", "--help")
+    assert r.returncode == 0
+    for word in ("--model.block", "--model.beta_ff", "--data.source", "--data.mask_prob", "--train.warmup_steps",
+                 "--train.grad_clip", "--train.precision", "default:"):
+        assert word in r.stdout, word
+
+
+def test_generate_continues_the_prompt(tmp_path, overrides, capsys):
+    assert main([str(a) for a in ["train", "--out", tmp_path / "r", *as_args(overrides)]]) == 0
+    capsys.readouterr()
+    assert main(["generate", "--run", str(tmp_path / "r"), "--prompt", "def parse(", "--max-new-tokens", "20"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("def parse(") and len(text) > len("def parse(") + 5
+    one_line_error(capsys, ["generate", "--run", tmp_path / "nothing", "--prompt", "x"], "no blocklab run")
+
+
+@pytest.mark.parametrize("task", ["clm", "mlm"])
+def test_torchrun_ddp_matches_single_process(tmp_path, overrides, task):
+    overrides["model"]["task"] = task
+    overrides["train"].update(steps=6, eval_every=3)
+    single = blocklab("train", "--out", tmp_path / "one", *as_args(overrides))
+    assert single.returncode == 0, single.stderr
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "blocklab", "train", "--out", str(tmp_path / "two"), *map(str, as_args(overrides))]
+    ddp = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert len(a) == len(b) == 6  # only rank 0 writes
+    assert a == pytest.approx(b, rel=1e-4)
+    assert json.loads((tmp_path / "two" / "summary.json").read_text())["world_size"] == 2

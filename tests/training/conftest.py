@@ -1,0 +1,40 @@
+import shutil
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory) -> Path:
+    """A small real code corpus: a few standard-library packages (~0.5 MB)."""
+    d = tmp_path_factory.mktemp("corpus")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for pkg in ("json", "email"):
+        for f in (stdlib / pkg).glob("*.py"):
+            shutil.copy(f, d / f"{pkg}_{f.name}")
+    return d
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory, monkeypatch_session=None):
+    d = tmp_path_factory.mktemp("cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BLOCKLAB_CACHE", str(d))
+    yield d
+    mp.undo()
+
+
+@pytest.fixture
+def overrides(corpus_dir):
+    """A tiny run: seconds on one CPU core."""
+    return {
+        "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
+        "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+        "train": {"steps": 20, "batch_size": 4, "log_every": 1, "eval_every": 10, "eval_batches": 2,
+                  "checkpoint_every": 5, "lr": 3e-3},
+    }
+
+
+def as_args(over: dict) -> list[str]:
+    return [tok for s, kv in over.items() for k, v in kv.items() for tok in (f"--{s}.{k}", str(v))]

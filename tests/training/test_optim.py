@@ -1,0 +1,44 @@
+import math
+
+import pytest
+import torch
+
+from blocklab import build_model
+from blocklab.training.config import TrainConfig
+from blocklab.training.optim import lr_factor, make_optimizer
+from tests.helpers import small_cfg
+
+
+def factors(**kw):
+    cfg = TrainConfig(**kw)
+    return [lr_factor(s, cfg) for s in range(cfg.steps)]
+
+
+def test_linear_warmup_then_linear_decay():
+    f = factors(steps=10, warmup_steps=4, schedule="linear")
+    assert f[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert f[4] == 1.0 and f[4:] == sorted(f[4:], reverse=True) and 0 < f[-1] <= 1 / 6 + 1e-12
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine", "inv_sqrt"])
+def test_no_warmup_allowed_everywhere(schedule):
+    f = factors(steps=20, warmup_steps=0, schedule=schedule)
+    assert f[0] == 1.0 and all(0 <= x <= 1 for x in f)
+
+
+def test_cosine_and_inv_sqrt_shapes():
+    c = factors(steps=21, warmup_steps=1, schedule="cosine")
+    assert c[11] == pytest.approx(0.5)
+    s = factors(steps=100, warmup_steps=16, schedule="inv_sqrt")
+    assert s[15] == 1.0 and s[63] == pytest.approx(math.sqrt(16 / 64))  # fairseq: sqrt(warmup / t)
+    assert factors(steps=5, warmup_steps=0, schedule="constant") == [1.0] * 5
+
+
+@pytest.mark.parametrize("name,cls", [("adamw", torch.optim.AdamW), ("adam", torch.optim.Adam), ("sgd", torch.optim.SGD)])
+def test_optimizers_leave_gains_out_of_weight_decay(name, cls):
+    model = build_model(small_cfg("sas-p"))
+    opt = make_optimizer(model, TrainConfig(optimizer=name, weight_decay=0.1))
+    assert isinstance(opt, cls)
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
