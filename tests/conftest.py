@@ -1,3 +1,7 @@
+import shutil
+import sysconfig
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -5,3 +9,34 @@ import torch
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """No test writes into the user's cache: subprocesses inherit this too."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BLOCKLAB_CACHE", str(tmp_path_factory.mktemp("blocklab-cache")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory) -> Path:
+    """A small real code corpus: two standard-library packages (~0.5 MB)."""
+    d = tmp_path_factory.mktemp("corpus")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for pkg in ("json", "email"):
+        for f in (stdlib / pkg).glob("*.py"):
+            shutil.copy(f, d / f"{pkg}_{f.name}")
+    return d
+
+
+@pytest.fixture
+def overrides(corpus_dir):
+    """A tiny run: seconds on one CPU core."""
+    return {
+        "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
+        "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+        "train": {"steps": 20, "batch_size": 4, "log_every": 1, "eval_every": 10, "eval_batches": 2,
+                  "checkpoint_every": 5, "lr": 3e-3},
+    }

@@ -19,3 +19,8 @@ def randomize(model, seed=0, scale=0.3):
     return model
 
 
+
+
+def as_args(over: dict) -> list[str]:
+    """{'model': {'block': 'sas'}} -> ['--model.block', 'sas']."""
+    return [tok for s, kv in over.items() for k, v in kv.items() for tok in (f"--{s}.{k}", str(v))]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from blocklab.cli import main
-from tests.training.conftest import as_args, corpus_dir, overrides  # noqa: F401  (fixtures)
+from tests.helpers import as_args
 
 
 def blocklab(*args, env_extra=None, **kw):

@@ -7,7 +7,7 @@ import sys
 
 from blocklab.errors import UserError
 
-COMMANDS = ("train", "generate")
+COMMANDS = ("train", "generate", "probe")
 OVERRIDE_SECTIONS = ("model", "data", "train")
 
 

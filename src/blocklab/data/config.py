@@ -1,0 +1,83 @@
+"""Data configuration: which corpus, how to tokenize it, where to cache it.
+
+Every field is checked at construction so a typo fails at once with a message that
+names the field, rather than minutes later inside tokenizer training.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from blocklab.errors import UserError
+
+# Byte-level BPE starts from the 256 byte symbols; the three special tokens come on top.
+SPECIAL_TOKENS = ("<pad>", "<mask>", "<eod>")
+MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
+MAX_VOCAB_SIZE = 2**32 - 1  # token arrays are at most uint32
+
+
+class ConfigError(UserError, ValueError):
+    """A bad config value. A ValueError for library callers (the contract for every
+    config class), and a UserError so the CLI prints it as one line."""
+
+
+def _int_field(name: str, value, lo: int, hi: int | None = None) -> None:
+    # bool is an int subclass; `vocab_size = true` in a TOML file is still a mistake.
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    ok = ok and value >= lo and (hi is None or value <= hi)
+    if not ok:
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"{name}={value!r} is invalid: expected an integer {rng}")
+
+
+def _float_field(name: str, value, lo: float, hi: float, lo_open: bool, hi_open: bool) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        ok = (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
+        rng = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+        raise ConfigError(f"{name}={value!r} is invalid: expected a number in {rng}")
+
+
+@dataclass
+class DataConfig:
+    source: str = "stdlib"  # "stdlib" | text file | folder | .jsonl file (field "text")
+    glob: str | None = None  # folder only, e.g. "src/**/*.py"; None: every (non-hidden) file
+    vocab_size: int = 8192
+    seq_len: int = 256
+    mask_prob: float = 0.15
+    val_fraction: float = 0.02  # by document, deterministic
+    cache_dir: str | None = None  # None: $BLOCKLAB_CACHE, $XDG_CACHE_HOME/blocklab, ~/.cache/blocklab
+
+    def __post_init__(self):
+        if isinstance(self.source, os.PathLike):
+            self.source = os.fspath(self.source)
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ConfigError(
+                f"source={self.source!r} is invalid: expected 'stdlib' or a path to a text file, "
+                "a folder or a .jsonl file"
+            )
+        if self.glob is not None and (not isinstance(self.glob, str) or not self.glob.strip()):
+            raise ConfigError(f"glob={self.glob!r} is invalid: expected a pattern such as 'src/**/*.py' or None")
+        _int_field("vocab_size", self.vocab_size, MIN_VOCAB_SIZE, MAX_VOCAB_SIZE)
+        _int_field("seq_len", self.seq_len, 1)
+        _float_field("mask_prob", self.mask_prob, 0.0, 1.0, lo_open=True, hi_open=False)
+        _float_field("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
+        if isinstance(self.cache_dir, os.PathLike):
+            self.cache_dir = os.fspath(self.cache_dir)
+        if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir):
+            raise ConfigError(f"cache_dir={self.cache_dir!r} is invalid: expected a folder path or None")
+
+
+def cache_root(cfg: DataConfig) -> Path:
+    """The folder holding cache entries: the config field, then $BLOCKLAB_CACHE, then the
+    XDG user cache folder."""
+    if cfg.cache_dir:
+        return Path(cfg.cache_dir).expanduser()
+    if os.environ.get("BLOCKLAB_CACHE"):
+        return Path(os.environ["BLOCKLAB_CACHE"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "blocklab"
+    return Path.home() / ".cache" / "blocklab"

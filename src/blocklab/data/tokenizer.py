@@ -1,0 +1,104 @@
+"""Byte-level BPE with the `tokenizers` library, and encoding documents to a token file.
+
+Byte-level means every byte has a symbol, so any text encodes without an unknown token
+and decoding gives back the exact bytes (the GPT-2 / CodeParrot scheme).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from blocklab.data.config import SPECIAL_TOKENS
+from blocklab.data.sources import Document
+
+PAD, MASK, EOD = SPECIAL_TOKENS
+# Documents encoded per encode_batch call: enough to keep both Rust threads busy, few
+# enough that the Encoding objects (ids, offsets, token strings) stay a few MB.
+ENCODE_CHUNK_DOCS = 64
+
+
+def tokenizer_settings(vocab_size: int) -> dict:
+    """Everything that changes the trained tokenizer: part of the cache key. The library
+    version is in because a new release may train different merges."""
+    return {
+        "model": "bpe",
+        "pre_tokenizer": "byte_level(add_prefix_space=False, use_regex=True)",
+        "vocab_size": vocab_size,
+        "special_tokens": list(SPECIAL_TOKENS),
+        "tokenizers_version": tokenizers.__version__,
+    }
+
+
+def _configure(tok: Tokenizer) -> Tokenizer:
+    # Text that happens to contain "<pad>" or "<eod>" (this very file does) must encode
+    # as ordinary bytes, not as the special ids: the flag is not saved in tokenizer.json,
+    # so it is set on every load. (Old `tokenizers` releases lack it; their round trip
+    # is still exact, the literal just becomes one special id.)
+    if hasattr(tok, "encode_special_tokens"):
+        tok.encode_special_tokens = True
+    return tok
+
+
+def new_tokenizer() -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    # No prefix space: a prefix would change the text, breaking the exact round trip.
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
+    tok = new_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),  # ids 0, 1, 2 in this order
+        # All 256 byte symbols, even those the training text lacks, so validation or
+        # prompt text with an unseen byte still encodes.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer, length=len(texts))
+    return _configure(tok)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    return _configure(Tokenizer.from_file(str(path)))
+
+
+def special_ids(tok: Tokenizer) -> tuple[int, int, int]:
+    ids = tuple(tok.token_to_id(t) for t in SPECIAL_TOKENS)
+    if any(i is None for i in ids):
+        raise ValueError(f"tokenizer lacks special tokens {SPECIAL_TOKENS}")
+    return ids
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= 65535 else np.uint32)
+
+
+def _chunks(docs: list[Document], size: int) -> Iterable[list[str]]:
+    for i in range(0, len(docs), size):
+        yield [d.text for d in docs[i : i + size]]
+
+
+def encode_to_file(tok: Tokenizer, docs: list[Document], path: Path, dtype: np.dtype) -> np.ndarray:
+    """Write the documents' ids, each followed by <eod>, as raw `dtype` to `path`.
+    Returns the int64 offset of each document's first token."""
+    eod = tok.token_to_id(EOD)
+    # encode_batch_fast skips offset tracking, which we never use; fall back on old releases.
+    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    starts, pos = [], 0
+    with open(path, "wb") as f:
+        for texts in _chunks(docs, ENCODE_CHUNK_DOCS):
+            for enc in encode(texts, add_special_tokens=False):
+                ids = np.asarray(enc.ids + [eod], dtype=dtype)
+                starts.append(pos)
+                pos += len(ids)
+                f.write(ids.tobytes())
+    return np.asarray(starts, dtype=np.int64)

@@ -1,0 +1,169 @@
+"""What the papers predict at initialisation, as plain functions of the configuration.
+
+Xiong et al. (2020), "On Layer Normalization in the Transformer Architecture":
+
+- Lemma 2: with Xavier init, unit-gain LayerNorm, ReLU, `d x d` weights and
+  `E|x_0|^2 = d`, a Pre-LN model has `(1 + l/2) d <= E|x_l|^2 <= (1 + 3l/2) d` after
+  `l` blocks. The argument: every sub-layer adds its own output's squared norm (the
+  cross term vanishes in expectation over the zero-mean output weight); the FFN adds
+  exactly `d/2` (ReLU halves `E|W1 y|^2 = d`), the attention between `0` (uniform
+  averaging of many independent tokens) and `d` (attention to one token).
+  `hidden_norm_constants` redoes that argument with the actual weight variances and
+  `d_ff`, which gives the same bounds for the paper's assumptions and the correct ones
+  for `d_ff = 4d` (FFN adds `0.32 d`, not `d/2`) or blocklab's `normal` init.
+- Post-LN ends each block with a unit-gain Norm, so `|x_l|^2 = d` (up to `eps`) for
+  every `l >= 1`, whatever the weights.
+- Lemma 3: the Jacobian of a unit-gain LayerNorm has spectral norm `sqrt(d) / |x - mean(x)|`.
+- Theorem 1: the gradient of the last FFN's output weight is `O(d sqrt(ln d))` for
+  Post-LN (constant in depth) and `O(d sqrt(ln d / L))` for Pre-LN (log-log slope -1/2).
+
+He & Hofmann (2024): shaped attention is the identity at init, so `sas` maps `x` to
+`Norm(x) + beta_FF MLP(Norm(Norm(x)))` and `sas-p` to `beta_SA Norm(x) + beta_FF MLP(Norm(x))`;
+the same variance argument then gives their hidden norms exactly (in expectation).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Reference log-log slopes of the last FFN output weight's gradient norm against depth.
+LAST_FFN_SLOPE = {
+    "post-ln": (0.0, "Xiong et al. Thm 1: Post-LN constant in L"),
+    "pre-ln": (-0.5, "Xiong et al. Thm 1: Pre-LN ~ 1/sqrt(L)"),
+    "parallel": (-0.5, "Xiong et al. Thm 1 argument (residual norm ~ L): ~ 1/sqrt(L)"),
+}
+
+
+def lemma2_bounds(l: int, d: int) -> tuple[float, float]:
+    """Xiong et al. Lemma 2 for Pre-LN, literally: ((1 + l/2) d, (1 + 3l/2) d)."""
+    return (1 + l / 2) * d, (1 + 3 * l / 2) * d
+
+
+def post_ln_norm(d: int) -> float:
+    """Post-LN (unit-gain LayerNorm or RMSNorm after each block): E|x_l|^2 = d for l >= 1."""
+    return float(d)
+
+
+def layernorm_jacobian_norm(x: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """Xiong et al. Lemma 3: spectral norm of the Jacobian of a unit-gain LayerNorm at `x`.
+
+    `sqrt(d) / |x - mean(x)|` for `eps = 0`; with `eps` (as in `torch.nn.LayerNorm`)
+    the exact value is `sqrt(d) / sqrt(|x - mean(x)|^2 + d eps)` (for d >= 3). Works on
+    the last dimension of any tensor.
+    """
+    d = x.shape[-1]
+    centred = x - x.mean(-1, keepdim=True)
+    return math.sqrt(d) / (centred.pow(2).sum(-1) + d * eps).sqrt()
+
+
+def rmsnorm_jacobian_norm(x: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """The RMSNorm analogue of Lemma 3: `sqrt(d) / sqrt(|x|^2 + d eps)`."""
+    d = x.shape[-1]
+    return math.sqrt(d) / (x.pow(2).sum(-1) + d * eps).sqrt()
+
+
+def weight_variance(init: str, fan_in: int, fan_out: int) -> float:
+    """Per-entry variance of a weight matrix under blocklab's inits (SPEC section 3)."""
+    return 0.02 ** 2 if init == "normal" else 2.0 / (fan_in + fan_out)
+
+
+def hidden_norm_constants(cfg) -> dict:
+    """The constants of Lemma 2's argument for a ModelConfig, in units of d.
+
+    `x0`: E|x_0|^2 / d (token plus learned position embedding); `ffn`: E|MLP(y)|^2 / d for
+    |y|^2 = d; `attn`: the largest E|MHA(y)|^2 / d (attention on one token). For Xiong's
+    assumptions (Xavier, d_ff = d, no position embedding) these are 1, 1/2 and 1.
+    """
+    d, f = cfg.d_model, cfg.d_ff
+    if cfg.init == "normal":
+        x0 = 0.02 ** 2 * (2 if cfg.positions == "learned" else 1)
+        x0 += 0.5 if cfg.positions == "sinusoidal" else 0.0  # |sinusoid|^2 = d/2
+    else:
+        x0 = 1.0 + (1.0 / d if cfg.positions == "learned" else 0.5)
+    v1, v2 = weight_variance(cfg.init, d, f), weight_variance(cfg.init, f, d)
+    # |W1 y|^2 = f d v1; ReLU keeps half in expectation (GELU: about 0.43; ReLU is the papers' case).
+    act = 0.5 if cfg.activation == "relu" else 0.425
+    ffn = f * v1 * act * d * v2
+    vd = weight_variance(cfg.init, d, d) * d
+    attn = vd * vd
+    return {"x0": x0, "ffn": ffn, "attn": attn}
+
+
+def hidden_norm_prediction(cfg, n_layers: int) -> dict | None:
+    """Predicted E|x_l|^2 for l = 0..n_layers (lists `lower`, `upper`, in absolute units).
+
+    Returns None for a block no paper covers. `lower == upper` where the prediction is exact.
+    """
+    d, block = cfg.d_model, cfg.block
+    c = hidden_norm_constants(cfg)
+    ff = cfg.resolved("beta_ff") if block not in ("post-ln", "pre-ln", "parallel") else None
+    sa = cfg.resolved("beta_sa") if block.startswith("sas-p") else None
+    x0 = c["x0"] * d
+    lo, hi = [x0], [x0]
+    for _ in range(n_layers):
+        if block in ("pre-ln", "parallel"):
+            lo.append(lo[-1] + c["ffn"] * d)
+            hi.append(hi[-1] + (c["ffn"] + c["attn"]) * d)
+        elif block == "post-ln":
+            lo.append(post_ln_norm(d))
+            hi.append(post_ln_norm(d))
+        elif block in ("sas", "shaped-vp"):  # identity attention, then u + beta_FF MLP(Norm(u))
+            v = d * (1 + ff ** 2 * c["ffn"])
+            lo.append(v), hi.append(v)
+        elif block == "sas-p" or (block == "sas-p-nonorm" and len(lo) == 1):
+            v = d * (sa ** 2 + ff ** 2 * c["ffn"])
+            lo.append(v), hi.append(v)
+        elif block == "sas-p-nonorm":  # no norm: the gain multiplies the previous norm
+            lo.append(lo[-1] * (sa ** 2 + ff ** 2 * c["ffn"]))
+            hi.append(hi[-1] * (sa ** 2 + ff ** 2 * c["ffn"]))
+        elif block == "v-skipinit":  # attention = W^P W^V Norm(x) at init (alpha=1, beta=0)
+            v = d * (c["attn"] + ff ** 2 * c["ffn"])
+            lo.append(v), hi.append(v)
+        elif block == "softmax-noskip":  # u = A Norm(x): |u|^2 between 0 and d
+            lo.append(d * ff ** 2 * c["ffn"])
+            hi.append(d * (1 + ff ** 2 * c["ffn"]))
+        else:
+            return None
+    source = {
+        "pre-ln": "Xiong et al. Lemma 2 (constants of this config)",
+        "parallel": "Xiong et al. Lemma 2 argument (constants of this config)",
+        "post-ln": "unit-gain Norm after each block: d",
+    }.get(block, "He & Hofmann identity at init + Lemma 2 variance argument")
+    out = {"lower": lo, "upper": hi, "source": source, "constants": c}
+    if block == "pre-ln":
+        pl = [lemma2_bounds(l, d) for l in range(n_layers + 1)]
+        out["lemma2_paper"] = {"lower": [a for a, _ in pl], "upper": [b for _, b in pl],
+                               "source": "Xiong et al. Lemma 2 as published (Xavier, d_ff = d): (1 + l/2) d .. (1 + 3l/2) d"}
+    return out
+
+
+def last_ffn_reference(block: str, depths, grads) -> dict | None:
+    """Theorem 1's reference line for `block`, anchored by least squares with the slope fixed.
+
+    Theorem 1 gives orders, not constants, so the line goes through the geometric mean of
+    the measurements (`grad = exp(intercept) * L**slope`). None where no paper predicts a slope.
+    """
+    if block not in LAST_FFN_SLOPE or len(depths) == 0:
+        return None
+    slope, source = LAST_FFN_SLOPE[block]
+    logs = [math.log(g) - slope * math.log(L) for L, g in zip(depths, grads) if g and g > 0]
+    if not logs:
+        return None
+    intercept = sum(logs) / len(logs)
+    return {"slope": slope, "intercept": intercept, "source": source,
+            "values": [math.exp(intercept) * L ** slope for L in depths]}
+
+
+def fit_loglog(xs, ys) -> tuple[float | None, float | None]:
+    """Least-squares slope and intercept of log(y) against log(x); (None, None) with < 2 points."""
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y is not None and y > 0]
+    if len(pts) < 2:
+        return None, None
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    if sxx == 0:
+        return None, None
+    slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
+    return slope, my - slope * mx
