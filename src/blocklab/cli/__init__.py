@@ -7,7 +7,7 @@ import sys
 
 from blocklab.errors import UserError
 
-COMMANDS = ("train", "generate", "probe")
+COMMANDS = ("train", "generate", "probe", "compare", "report")
 OVERRIDE_SECTIONS = ("model", "data", "train")
 
 

@@ -1,0 +1,132 @@
+"""Sweeps: a base run config, a grid and/or a list of runs; each run is an ordinary, resumable training run."""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blocklab.errors import UserError
+from blocklab.training.config import RunConfig, load_config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SHORT = {"model.block": "", "train.lr": "lr", "train.warmup_steps": "wu", "train.seed": "s", "model.n_layers": "L",
+         "model.d_model": "d", "train.optimizer": "", "model.norm": "", "model.init": ""}
+
+
+@dataclass
+class RunSpec:
+    name: str
+    label: str
+    overrides: dict  # {"model": {...}, "train": {...}} on top of the sweep's base
+    config: RunConfig | None = None
+
+
+@dataclass
+class Sweep:
+    name: str
+    description: str = ""
+    base: dict = field(default_factory=dict)
+    runs: list[RunSpec] = field(default_factory=list)
+    probes: dict | None = None  # arguments of `blocklab probe` (key -> value), run once per sweep
+    expected_cost: str = ""
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "description": self.description, "expected_cost": self.expected_cost,
+                "base": self.base, "probes": self.probes,
+                "runs": [{"name": r.name, "label": r.label, "overrides": r.overrides} for r in self.runs]}
+
+
+def _nest(flat: dict) -> dict:
+    """{'model.block': 'sas'} -> {'model': {'block': 'sas'}}."""
+    out: dict = {}
+    for key, value in flat.items():
+        section, _, name = key.partition(".")
+        if not name:
+            raise UserError(f"sweep key {key!r} must look like section.option (e.g. model.block)")
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = copy.deepcopy(a)
+    for section, values in b.items():
+        out.setdefault(section, {}).update(values)
+    return out
+
+
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+
+
+def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
+    """A sweep from its dict form (a preset, or a parsed SWEEP.toml); `extra` overrides every run."""
+    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+    base = _merge(spec.get("base", {}), extra or {})
+    grid = spec.get("grid", {})
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"grid.{key} must be a non-empty list")
+    keys = list(grid)
+    runs = []
+    for combo in itertools.product(*(grid[k] for k in keys)) if keys else []:
+        flat = dict(zip(keys, combo))
+        parts = [f"{SHORT.get(k, k.split('.')[-1])}{_fmt(v)}" for k, v in flat.items() if len(grid[k]) > 1]
+        label = ", ".join(parts) or spec.get("name", "run")
+        runs.append(RunSpec(_slug("_".join(parts)) or "run", label, _nest(flat)))
+    for i, extra_run in enumerate(spec.get("runs", [])):
+        extra_run = dict(extra_run)
+        label = extra_run.pop("label", None) or f"run {i}"
+        runs.append(RunSpec(_slug(extra_run.pop("name", None) or label), label, _nest(extra_run)))
+    if not runs:
+        raise UserError("the sweep defines no runs: give a [grid] and/or [[runs]]")
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise UserError(f"two runs share the name {next(n for n in names if names.count(n) > 1)!r}; name them")
+    for r in runs:  # validate every run before training any
+        try:
+            r.config = load_config(None, _merge(base, r.overrides))
+        except UserError as e:
+            raise UserError(f"run {r.label!r}: {e}") from None
+    return Sweep(spec.get("name", "sweep"), spec.get("description", ""), base, runs, spec.get("probes"),
+                 spec.get("expected_cost", ""))
+
+
+def load_sweep(preset_or_path: str, extra: dict | None = None) -> Sweep:
+    from blocklab.experiments.presets import PRESETS
+
+    if preset_or_path in PRESETS:
+        return build_sweep(PRESETS[preset_or_path], extra)
+    p = Path(preset_or_path)
+    if not p.is_file():
+        raise UserError(f"{preset_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a sweep file")
+    try:
+        spec = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"sweep file {p} is not valid TOML: {e}") from None
+    return build_sweep(spec, extra)
+
+
+def run_status(run_dir: Path) -> str | None:
+    """completed | diverged | interrupted from summary.json; 'partial' for a killed run; None if not started."""
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        try:
+            return json.loads(summary.read_text()).get("status")
+        except ValueError:
+            return "partial"
+    return "partial" if (run_dir / "config.toml").is_file() else None

@@ -1,0 +1,220 @@
+"""The report's PNG figures: losses against steps and wall-clock time, evaluation loss, gains, init probes.
+
+Matplotlib's object API on the Agg canvas (no pyplot, no global backend change). Every block
+has one colour in every figure (BLOCK_COLOURS); runs of the same block differ by line style
+and shade.
+"""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from blocklab.reporting.analysis import Target, smoothed_loss
+from blocklab.reporting.runs import Run
+
+BLOCK_COLOURS = {
+    "post-ln": "#d62728", "pre-ln": "#1f77b4", "parallel": "#9467bd", "v-skipinit": "#8c564b",
+    "shaped-vp": "#e377c2", "sas": "#ff7f0e", "sas-p": "#2ca02c", "sas-p-nonorm": "#bcbd22",
+    "softmax-noskip": "#7f7f7f",
+}
+_SPARE = ["#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
+_STYLES = ["-", "--", "-.", ":"]
+DPI = 100
+
+PROBE_CAPTIONS = {  # name in blocklab.probes.plots.FIGURES -> (title, caption)
+    "hidden_norms": ("Hidden-state norm per layer",
+                     "Squared hidden-state norm per layer at initialisation (Xiong et al. Lemma 2: Post-LN flat, "
+                     "Pre-LN growing about linearly); predictions dashed."),
+    "grad_norms": ("Weight gradient norms per layer",
+                   "Gradient norm of every weight per layer at initialisation (Xiong et al. Fig. 3 a/b: Post-LN "
+                   "growing toward the output, Pre-LN flat)."),
+    "last_ffn_grad": ("Last FFN gradient against depth",
+                      "Gradient norm of the last FFN output weight against depth (Xiong et al. Theorem 1: Post-LN "
+                      "constant, Pre-LN shrinking like 1/sqrt(L))."),
+    "cosine_similarity": ("Token cosine similarity per layer",
+                          "Mean pairwise cosine similarity of token representations per layer (rank collapse: "
+                          "skipless softmax attention tends to 1, shaped attention does not)."),
+}
+
+
+def block_colour(block: str) -> str:
+    if block in BLOCK_COLOURS:
+        return BLOCK_COLOURS[block]
+    return _SPARE[sum(map(ord, block)) % len(_SPARE)]
+
+
+def run_styles(runs: list[Run]) -> dict[str, tuple]:
+    """{run name: (colour, linestyle)}: the block's colour; the k-th run of a block gets its own style/shade."""
+    from matplotlib.colors import to_rgb
+
+    seen: dict[str, int] = {}
+    out = {}
+    for r in runs:
+        k = seen.get(r.block, 0)
+        seen[r.block] = k + 1
+        rgb = np.array(to_rgb(block_colour(r.block)))
+        shade = k // len(_STYLES)
+        if shade:  # alternate darker / lighter after every four line styles
+            f = min(0.6, 0.25 * ((shade + 1) // 2))
+            rgb = rgb * (1 - f) if shade % 2 else rgb + (1 - rgb) * f
+        out[r.name] = (tuple(rgb), _STYLES[k % len(_STYLES)])
+    return out
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
+
+
+def _figure(figsize=(7.5, 4.4)):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots()
+
+
+def _save(fig, path: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    return path
+
+
+def _legend(ax, n: int) -> None:
+    if n > 7:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize=8)
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    if seconds > 3 * 3600:
+        return 3600.0, "h"
+    if seconds > 180:
+        return 60.0, "min"
+    return 1.0, "s"
+
+
+def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path | None:
+    """Training loss against `x` ("step" or "elapsed_s"): raw faint, moving average bold."""
+    curves = [(r, *smoothed_loss(r, x)) for r in runs if r.rows]
+    curves = [c for c in curves if len(c[1])]
+    if not curves:
+        return None
+    styles = run_styles(runs)
+    scale, unit = (1.0, "") if x == "step" else _time_unit(max(float(c[1][-1]) for c in curves))
+    fig, ax = _figure()
+    lows, highs, windows = [], [], set()
+    for r, xs, raw, sm, w in curves:
+        colour, ls = styles[r.name]
+        xs = xs / scale
+        windows.add(w)
+        ax.plot(xs, raw, color=colour, lw=0.6, alpha=0.25)
+        ax.plot(xs, sm, color=colour, ls=ls, lw=1.6, label=f"{r.label} [{r.block}]")
+        if r.status == "diverged":
+            ax.plot(xs[-1:], sm[-1:], marker="x", ms=9, mew=2, color=colour, ls="none")
+        lows.append(float(np.nanmin(sm)))
+        highs.append(float(sm[min(len(sm) - 1, max(1, len(sm) // 20))]))
+    if target.value is not None:
+        ax.axhline(target.value, color="0.35", ls="--", lw=0.9, label=f"target loss {target.value:.3g}")
+        lows.append(target.value)
+    lo, hi = min(lows), max(highs)
+    if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+        pad = 0.05 * (hi - lo)
+        ax.set_ylim(lo - pad, hi + pad)
+    win = "every logged point" if windows == {1} else \
+        "moving average over " + "/".join(str(w) for w in sorted(windows)) + " logged points; raw faint"
+    if x == "step":
+        ax.set_xlabel("training step")
+        ax.set_title(f"Training loss against steps ({win})")
+    else:
+        ax.set_xlabel(f"wall-clock time since the run started ({unit})")
+        ax.set_title(f"Training loss against wall-clock time ({win})")
+    ax.title.set_fontsize(10)
+    ax.set_ylabel("training loss (cross-entropy, nats/token)")
+    ax.grid(alpha=0.3)
+    _legend(ax, len(curves) + 1)
+    return _save(fig, path)
+
+
+def plot_eval_loss(runs: list[Run], path: Path) -> Path | None:
+    styles = run_styles(runs)
+    fig, ax = _figure()
+    n = 0
+    for r in runs:
+        xs, ys = r.series("eval_loss")
+        if not ys:
+            continue
+        colour, ls = styles[r.name]
+        ax.plot(xs, ys, color=colour, ls=ls, marker="o", ms=3.5, lw=1.4, label=f"{r.label} [{r.block}]")
+        n += 1
+    if not n:
+        return None
+    ax.set_xlabel("training step")
+    ax.set_ylabel("evaluation loss (validation split, nats/token)")
+    ax.set_title("Evaluation loss against steps", fontsize=10)
+    ax.grid(alpha=0.3)
+    _legend(ax, n)
+    return _save(fig, path)
+
+
+def plot_run_gains(run: Run, path: Path) -> Path | None:
+    from blocklab.probes.gains import plot_gains
+
+    out = plot_gains(run.rows, path, title=f"Gains during training: {run.label} [{run.block}]")
+    return Path(out) if out else None
+
+
+def probes_dir(root: Path) -> Path | None:
+    for d in (root / "probes", root):
+        if (d / "probes.json").is_file():
+            return d
+    return None
+
+
+def probe_figures(root: Path, figures: Path) -> list[tuple[Path, str, str]]:
+    """[(png in figures/, title, caption)] for the init probes: the PNGs `blocklab probe` wrote, copied
+    into figures/, or drawn from probes.json with blocklab.probes.plots when missing."""
+    src = probes_dir(root)
+    if src is None:
+        return []
+    from blocklab.probes import plots
+
+    drawers = {"hidden_norms": plots.plot_hidden_norms, "grad_norms": plots.plot_grad_norms,
+               "last_ffn_grad": plots.plot_last_ffn_grad, "cosine_similarity": plots.plot_cosine}
+    result = None
+    out = []
+    for name, file in plots.FIGURES.items():
+        dst = figures / f"probes_{file}"
+        if (src / file).is_file():
+            figures.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / file, dst)
+        elif name in drawers:
+            if result is None:
+                result = load_probes(src)
+                if result is None:
+                    return out
+            try:
+                drawers[name](result, dst)
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue  # a probes.json from another version: show what can be drawn
+        else:
+            continue
+        title = name.replace("_", " ")
+        out.append((dst, *PROBE_CAPTIONS.get(name, (title, title))))
+    return out
+
+
+def load_probes(src: Path) -> dict | None:
+    import json
+
+    try:
+        data = json.loads((src / "probes.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

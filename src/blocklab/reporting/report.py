@@ -1,0 +1,227 @@
+"""`write_report(DIR)`: read the runs of a sweep, draw the figures, write report.html and report.md."""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blocklab.errors import UserError
+from blocklab.reporting import figures as F
+from blocklab.reporting.analysis import (Target, choose_target, markdown_table, run_row, smoothing_window,
+                                         varying_settings)
+from blocklab.reporting.runs import Run, load_runs
+
+FIGURES_DIR = "figures"
+# The figures this module writes into figures/ (removed before each report, so none goes stale).
+_OWN = ("loss_vs_step.png", "loss_vs_time.png", "eval_loss.png", "gains_*.png", "probes_*.png")
+
+
+@dataclass
+class Figure:
+    path: Path
+    title: str
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    pre: str | None = None          # a preformatted block (the probes' summary table)
+
+
+@dataclass
+class Report:
+    root: Path
+    title: str
+    description: str
+    meta: list[tuple[str, str]]
+    runs: list[Run]
+    rows: list[dict]
+    target: Target
+    notes: list[str]
+    sections: list[Section]
+    html_path: Path | None = None
+    md_path: Path | None = None
+
+    @property
+    def table_md(self) -> str:
+        return markdown_table(self.rows)
+
+
+def machine_description() -> str:
+    """CPU (and GPU) of this machine, for the header."""
+    from blocklab.bench.machine import cpu_model
+
+    text = f"{cpu_model()} ({os.cpu_count()} logical CPUs)"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            text = f"{torch.cuda.get_device_name(0)} ({torch.cuda.device_count()} GPU); host {text}"
+    except Exception:  # noqa: BLE001 - a broken CUDA set-up must not stop a report
+        pass
+    return text
+
+
+def _run_devices(runs: list[Run]) -> str:
+    seen = []
+    for r in runs:
+        s = r.summary or {}
+        if s.get("device"):
+            text = f"{s['device']} x{s.get('world_size', 1)}, {s.get('precision', 'fp32')}"
+            if text not in seen:
+                seen.append(text)
+    return "; ".join(seen) or "unknown (no summary.json yet)"
+
+
+def _meta(root: Path, runs: list[Run], sweep: dict) -> list[tuple[str, str]]:
+    import torch
+
+    from blocklab import __version__
+
+    n = len(runs)
+    counts = {}
+    for r in runs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    meta = [
+        ("Generated", _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")),
+        ("Folder", str(root.resolve())),
+        ("Runs", f"{n}: " + ", ".join(f"{v} {k}" for k, v in counts.items())),
+        ("Machine", machine_description()),
+        ("Runs trained on", _run_devices(runs)),
+        ("Software", f"torch {torch.__version__}, blocklab {__version__}, Python {platform.python_version()}"),
+    ]
+    if sweep.get("expected_cost"):
+        meta.insert(3, ("Expected cost", str(sweep["expected_cost"])))
+    return meta
+
+
+def _notes(runs: list[Run], target: Target) -> list[str]:
+    windows = sorted({smoothing_window(len(r.series("loss")[1])) for r in runs if r.rows})
+    notes = [
+        target.note,
+        "Steps to target: the first logged step at which the smoothed training loss is at or below the target "
+        "(\"not reached\": never, within the steps the run has logged).",
+        "Training loss: each logged point is the mean loss over the steps since the previous one; curves, the "
+        "\"final train loss\" column and steps to target use a trailing moving average over 1/20 of a run's "
+        f"logged points (at most 50; here {'/'.join(map(str, windows)) or '1'}); the raw values are drawn faint.",
+        "Tokens/s: training throughput (forward, backward and optimizer step; evaluation and checkpoints "
+        "excluded), from summary.json, or the median of the logged values for a run without one.",
+        "Status: completed, diverged (non-finite loss or far above the initial loss; the step is shown), "
+        "interrupted, or running/unknown (no summary.json: still running or killed).",
+    ]
+    skipped = [f"{r.label}: {r.skipped_lines}" for r in runs if r.skipped_lines]
+    if skipped:
+        notes.append("Unreadable metrics.jsonl lines skipped (a half-written last line from a kill or a run "
+                     "still writing): " + ", ".join(skipped) + ".")
+    return notes
+
+
+def _clean_figures(fig_dir: Path) -> None:
+    if fig_dir.is_dir():
+        for pattern in _OWN:
+            for p in fig_dir.glob(pattern):
+                p.unlink(missing_ok=True)
+
+
+def _probe_table(root: Path) -> str | None:
+    src = F.probes_dir(root)
+    result = F.load_probes(src) if src else None
+    if not result:
+        return None
+    try:
+        from blocklab.probes import format_table
+
+        return format_table(result)
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError):
+        return None
+
+
+def build_report(root: str | Path, target_loss: float | None = None) -> Report:
+    """Read DIR, compute the table and draw every figure into DIR/figures/ (writes no page)."""
+    if target_loss is not None and (not math.isfinite(target_loss) or target_loss <= 0):
+        raise UserError(f"--target-loss {target_loss!r} is not valid; give a positive loss value")
+    root = Path(root)
+    runs, sweep = load_runs(root)
+    target = choose_target(runs, target_loss)
+    settings = varying_settings(runs)
+    rows = []
+    for r in runs:
+        row = run_row(r, target)
+        row["settings"] = settings.get(r.name, "")
+        rows.append(row)
+    fig_dir = root / FIGURES_DIR
+    _clean_figures(fig_dir)
+    existing = [r for r in runs if r.exists]
+
+    def fig(path, title, caption=""):
+        return [Figure(Path(path), title, caption)] if path else []
+
+    loss = Section("training-loss", "Training loss", figures=(
+        fig(F.plot_train_loss(existing, fig_dir / "loss_vs_step.png", "step", target), "Training loss against steps",
+            "Per-step efficiency: which block learns most per update.")
+        + fig(F.plot_train_loss(existing, fig_dir / "loss_vs_time.png", "elapsed_s", target),
+              "Training loss against wall-clock time",
+              "Wall-clock efficiency: what a user waits for (includes evaluation and checkpoint time).")))
+    if not loss.figures:
+        loss.paragraphs.append("No training loss logged yet.")
+    ev = Section("eval-loss", "Evaluation loss",
+                 figures=fig(F.plot_eval_loss(existing, fig_dir / "eval_loss.png"), "Evaluation loss against steps",
+                             "Loss on the validation split at each evaluation step."))
+    if not ev.figures:
+        ev.paragraphs.append("No evaluation loss logged yet.")
+    sections = [loss, ev]
+
+    probes = F.probe_figures(root, fig_dir)
+    if probes:
+        sections.append(Section(
+            "init-probes", "Signal propagation at initialisation (blocklab probe)",
+            paragraphs=["Measured on freshly initialised models of several depths; the papers' predictions are "
+                        "drawn dashed."],
+            figures=[Figure(p, t, c) for p, t, c in probes], pre=_probe_table(root)))
+
+    gains = Section("gains", "Gain trajectories")
+    for r in existing:
+        if r.has_gains:
+            p = F.plot_run_gains(r, fig_dir / f"gains_{F.slug(r.name.removeprefix('runs/') if r.name != '.' else r.label)}.png")
+            gains.figures += fig(p, f"Gains during training: {r.label}",
+                                 f"Every trainable gain of {r.label} ({r.block}) against the step, layers coloured.")
+    without = [r.label for r in existing if not r.has_gains]
+    if without:
+        gains.paragraphs.append("No trainable gains logged for: " + ", ".join(without)
+                                + " (blocks without shaped attention or gain scalars have none).")
+    sections.append(gains)
+
+    title = sweep.get("name") or (root.resolve().name if root.name in ("", ".") else root.name)
+    return Report(root=root, title=f"blocklab report: {title}", description=str(sweep.get("description") or ""),
+                  meta=_meta(root, runs, sweep), runs=runs, rows=rows, target=target,
+                  notes=_notes(runs, target), sections=sections)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def generate_report(root: str | Path, target_loss: float | None = None) -> Report:
+    """build_report, then write DIR/report.html (self-contained) and DIR/report.md; returns the Report."""
+    from blocklab.reporting.render import to_html, to_markdown
+
+    report = build_report(root, target_loss)
+    report.html_path, report.md_path = report.root / "report.html", report.root / "report.md"
+    _write_atomic(report.html_path, to_html(report))
+    _write_atomic(report.md_path, to_markdown(report))
+    return report
+
+
+def write_report(root: str | Path, target_loss: float | None = None) -> tuple[Path, Path]:
+    """Write DIR/report.html and DIR/report.md (figures in DIR/figures/); returns (html_path, md_path)."""
+    report = generate_report(root, target_loss)
+    return report.html_path, report.md_path

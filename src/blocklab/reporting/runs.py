@@ -1,0 +1,226 @@
+"""Find and read the run directories of a sweep: config.toml, metrics.jsonl, summary.json, sweep.json.
+
+A run directory holds `summary.json`, or `metrics.jsonl` together with `config.toml`
+(a run still going, or killed before its summary). `find_runs(DIR)` accepts a single run
+directory, a sweep directory (`DIR/runs/<name>/`) or any folder whose sub-folders (at most
+three levels down) are run directories. Everything here is read-only and tolerant: a
+half-written last line of metrics.jsonl is skipped, a missing summary means the run is
+still running or was killed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blocklab.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MAX_DEPTH = 3
+# Folders that belong to a run or to the report, never a run themselves.
+SKIP_DIRS = {"checkpoints", "tb", "figures", "probes", "__pycache__"}
+UNKNOWN_STATUS = "running/unknown"
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "summary.json").is_file() or ((path / "metrics.jsonl").is_file() and (path / "config.toml").is_file())
+
+
+def _natural(path: Path):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.as_posix())]
+
+
+def find_run_dirs(root: str | Path, max_depth: int = MAX_DEPTH) -> list[Path]:
+    """Every run directory at `root` or up to `max_depth` levels below it, in natural path order."""
+    root = Path(root)
+    if is_run_dir(root):
+        return [root]
+    found, level = [], [root]
+    for _ in range(max_depth):
+        nxt = []
+        for d in level:
+            try:
+                children = sorted(p for p in d.iterdir() if p.is_dir())
+            except OSError:
+                continue
+            for c in children:
+                if c.name.startswith(".") or c.name in SKIP_DIRS:
+                    continue
+                (found if is_run_dir(c) else nxt).append(c)
+        level = nxt
+    return sorted(found, key=lambda p: _natural(p.relative_to(root)))
+
+
+def read_metrics(path: Path) -> tuple[list[dict], int]:
+    """(rows sorted by step, one per step: the last one logged wins; number of unreadable lines skipped)."""
+    by_step: dict[int, dict] = {}
+    skipped = 0
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            step = int(row["step"])
+        except (ValueError, KeyError, TypeError):
+            skipped += 1  # a half-written line from a kill, or garbage
+            continue
+        if isinstance(row, dict):
+            by_step[step] = dict(row, step=step)
+    return [by_step[s] for s in sorted(by_step)], skipped
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass
+class Run:
+    """One run directory, read."""
+
+    path: Path
+    name: str                       # path relative to the report folder ("." for a single run)
+    label: str
+    config: dict = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+    summary: dict | None = None
+    skipped_lines: int = 0
+    exists: bool = True             # False: listed in sweep.json, no directory yet
+
+    def cfg(self, section: str, key: str, default=None):
+        return (self.config.get(section) or {}).get(key, default)
+
+    @property
+    def block(self) -> str:
+        return (self.summary or {}).get("block") or self.cfg("model", "block") or "?"
+
+    @property
+    def status(self) -> str:
+        if not self.exists:
+            return "not started"
+        return (self.summary or {}).get("status") or UNKNOWN_STATUS
+
+    @property
+    def total_steps(self):
+        return (self.summary or {}).get("steps") or self.cfg("train", "steps")
+
+    @property
+    def last_step(self):
+        if self.summary and self.summary.get("step") is not None:
+            return self.summary["step"]
+        return self.rows[-1]["step"] if self.rows else 0
+
+    def series(self, key: str, x: str = "step") -> tuple[list[float], list[float]]:
+        """(xs, values) over the rows where both `x` and `key` are finite numbers."""
+        xs, ys = [], []
+        for r in self.rows:
+            if _finite(r.get(key)) and _finite(r.get(x)):
+                xs.append(float(r[x]))
+                ys.append(float(r[key]))
+        return xs, ys
+
+    @property
+    def has_gains(self) -> bool:
+        return any(k.startswith("gain/") for r in self.rows for k in r)
+
+
+def load_run(path: Path, name: str, label: str | None = None) -> Run:
+    rows, skipped = read_metrics(path / "metrics.jsonl")
+    return Run(path=path, name=name, label=label or (path.name if name == "." else name),
+               config=_read_toml(path / "config.toml"), rows=rows,
+               summary=_read_json(path / "summary.json"), skipped_lines=skipped)
+
+
+def read_sweep(root: Path) -> dict:
+    """DIR/sweep.json as a dict ({} when absent or unreadable)."""
+    return _read_json(root / "sweep.json") or {}
+
+
+def _sweep_entries(sweep: dict) -> list[tuple[list[str], str | None]]:
+    """[(candidate folder names/paths, label)] from sweep.json's `runs` (strings or dicts)."""
+    out = []
+    for item in sweep.get("runs") or []:
+        if isinstance(item, str):
+            out.append(([item], None))
+        elif isinstance(item, dict):
+            keys = [str(item[k]) for k in ("dir", "path", "out", "run_dir", "name", "id") if item.get(k)]
+            label = item.get("label") or item.get("name")
+            if keys:
+                out.append((keys, str(label) if label else None))
+    return out
+
+
+def load_runs(root: str | Path) -> tuple[list[Run], dict]:
+    """(runs in report order, sweep.json content). Raises UserError when DIR is missing or holds no run.
+
+    With sweep.json: its runs first, in its order and with its labels (a listed run without
+    a directory yet is kept, as `not started`), then any other run found on disk.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise UserError(f"{root} does not exist")
+    if not root.is_dir():
+        raise UserError(f"{root} is not a folder; give a sweep folder or a run folder")
+    dirs = find_run_dirs(root)
+    sweep = read_sweep(root)
+    if not dirs:
+        raise UserError(f"no runs found in {root} (looked for run folders with summary.json, "
+                        f"or metrics.jsonl and config.toml, up to {MAX_DEPTH} levels down)")
+    rel = {d: ("." if d == root else d.relative_to(root).as_posix()) for d in dirs}
+    runs, used = [], set()
+    for keys, label in _sweep_entries(sweep):
+        match = None
+        for key in keys:
+            key_path = Path(key)
+            for d in dirs:
+                if d in used:
+                    continue
+                if rel[d] == key_path.as_posix().strip("/") or d.name == key_path.name or d.resolve() == (root / key_path).resolve():
+                    match = d
+                    break
+            if match:
+                break
+        if match is not None:
+            used.add(match)
+            runs.append(load_run(match, rel[match], label))
+        else:
+            name = keys[0]
+            runs.append(Run(path=root / name, name=name, label=label or Path(name).name, exists=False))
+    runs.extend(load_run(d, rel[d]) for d in dirs if d not in used)
+    _dedupe_labels(runs)
+    return runs, sweep
+
+
+def _dedupe_labels(runs: list[Run]) -> None:
+    seen: dict[str, int] = {}
+    for r in runs:
+        if r.label in seen:
+            seen[r.label] += 1
+            r.label = f"{r.label} ({r.name})" if r.name != r.label else f"{r.label} #{seen[r.label]}"
+        else:
+            seen[r.label] = 1

@@ -1,0 +1,80 @@
+import json
+
+import pytest
+
+from blocklab.errors import UserError
+from blocklab.experiments import PRESETS, build_sweep, load_sweep, run_sweep
+from blocklab.training.checkpoint import load_checkpoint
+
+
+def test_grid_expands_to_named_validated_runs():
+    s = build_sweep({"name": "t", "grid": {"model.block": ["pre-ln", "sas-p"], "train.lr": [1e-3, 2e-3]},
+                     "runs": [{"label": "post-ln, no warm-up", "model.block": "post-ln", "train.warmup_steps": 0}]})
+    assert [r.name for r in s.runs] == ["pre-ln_lr0.001", "pre-ln_lr0.002", "sas-p_lr0.001", "sas-p_lr0.002",
+                                        "post-ln-no-warm-up"]
+    assert s.runs[3].config.model.block == "sas-p" and s.runs[3].config.train.lr == 0.002
+    assert s.runs[4].config.train.warmup_steps == 0
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds_valid_configs(name):
+    s = load_sweep(name)
+    assert s.runs and s.description and s.expected_cost
+    assert all(r.config is not None for r in s.runs)
+
+
+def test_presets_match_their_papers():
+    quick = {r.config.model.block for r in load_sweep("quick").runs}
+    assert quick == {"pre-ln", "post-ln", "sas", "sas-p", "sas-p-nonorm"}
+    xiong = load_sweep("xiong-warmup").runs
+    assert {(r.config.train.lr, r.config.train.warmup_steps) for r in xiong} == {
+        (lr, w) for lr in (5e-4, 1e-3) for w in (0, 25, 200)}
+    assert all(r.config.train.optimizer == "adam" and r.config.train.schedule == "inv_sqrt" for r in xiong)
+    he = load_sweep("he-codeparrot").runs[0].config
+    assert (he.model.n_layers, he.model.d_model, he.model.n_heads, he.model.d_ff, he.data.seq_len,
+            he.train.batch_size, he.train.lr, he.train.weight_decay, he.train.warmup_steps) == (
+        18, 768, 12, 3072, 128, 128, 1e-3, 0.1, 2000)
+    assert {r.config.model.n_layers for r in load_sweep("depth").runs} == {6, 12, 24}
+
+
+def test_bad_sweeps_are_one_line_errors(tmp_path):
+    with pytest.raises(UserError, match="post-ln, lr 0"):
+        build_sweep({"runs": [{"label": "post-ln, lr 0", "train.lr": 0}]})
+    with pytest.raises(UserError, match="grd"):
+        build_sweep({"grd": {}})
+    with pytest.raises(UserError, match="no runs"):
+        build_sweep({"name": "empty"})
+    with pytest.raises(UserError, match="share the name"):
+        build_sweep({"runs": [{"name": "a"}, {"name": "a"}]})
+    (tmp_path / "s.toml").write_text("name = [")
+    with pytest.raises(UserError, match="TOML"):
+        load_sweep(str(tmp_path / "s.toml"))
+
+
+def test_sweep_records_divergence_goes_on_and_resumes(tmp_path, overrides):
+    spec = {"name": "t", "base": overrides,
+            "runs": [{"name": "boom", "model.block": "post-ln", "model.norm": "layernorm", "model.init": "xavier",
+                      "model.d_model": 64, "model.n_layers": 4, "train.optimizer": "adam", "train.lr": 1.0,
+                      "train.warmup_steps": 0, "train.grad_clip": 0.0, "train.schedule": "constant"},
+                     {"name": "fine"}]}
+    sweep = build_sweep(spec, {"train": {"steps": 8}})
+    result = run_sweep(sweep, tmp_path / "sw", progress=False, log=lambda *a: None)
+    assert result["status"] == "completed"
+    assert result["runs"]["boom"]["status"] == "diverged" and result["runs"]["fine"]["status"] == "completed"
+    saved = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert [r["name"] for r in saved["runs"]] == ["boom", "fine"]
+    # a second invocation keeps both results; a run killed half-way is resumed from its checkpoint
+    fine = tmp_path / "sw" / "runs" / "fine"
+    (fine / "summary.json").unlink()
+    seen = []
+    again = run_sweep(build_sweep(spec, {"train": {"steps": 8}}), tmp_path / "sw", progress=False, log=seen.append)
+    assert any("diverged earlier, kept" in s for s in seen) and any("resuming" in s for s in seen)
+    assert again["runs"]["fine"]["status"] == "completed" and load_checkpoint(fine / "checkpoints")["step"] == 8
+
+
+def test_sweep_dir_must_match(tmp_path, overrides):
+    sweep = build_sweep({"name": "t", "base": overrides, "runs": [{"name": "a"}]}, {"train": {"steps": 2}})
+    run_sweep(sweep, tmp_path / "sw", progress=False, log=lambda *a: None)
+    other = build_sweep({"name": "u", "base": overrides, "runs": [{"name": "b"}]})
+    with pytest.raises(UserError, match="holds the sweep"):
+        run_sweep(other, tmp_path / "sw", progress=False, log=lambda *a: None)
