@@ -5,17 +5,11 @@ import copy
 import itertools
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from blocklab.errors import UserError
-from blocklab.training.config import RunConfig, load_config
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from blocklab.training.config import RunConfig, load_config, read_toml
 
 SHORT = {"model.block": "", "train.lr": "lr", "train.warmup_steps": "wu", "train.seed": "s", "model.n_layers": "L",
          "model.d_model": "d", "train.optimizer": "", "model.norm": "", "model.init": ""}
@@ -111,14 +105,9 @@ def load_sweep(preset_or_path: str, extra: dict | None = None) -> Sweep:
 
     if preset_or_path in PRESETS:
         return build_sweep(PRESETS[preset_or_path], extra)
-    p = Path(preset_or_path)
-    if not p.is_file():
+    if not Path(preset_or_path).is_file():
         raise UserError(f"{preset_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a sweep file")
-    try:
-        spec = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"sweep file {p} is not valid TOML: {e}") from None
-    return build_sweep(spec, extra)
+    return build_sweep(read_toml(preset_or_path, "sweep file"), extra)
 
 
 def run_status(run_dir: Path) -> str | None:

@@ -160,16 +160,21 @@ def parse_overrides(tokens: list[str]) -> dict:
     return out
 
 
+def read_toml(path: str | Path, what: str = "config file") -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{what} not found: {p}")
+    try:
+        return tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{what} {p} is not valid TOML: {e}") from None
+
+
 def load_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> RunConfig:
     raw: dict = {}
     if path is not None:
         p = Path(path)
-        if not p.is_file():
-            raise UserError(f"config file not found: {p}")
-        try:
-            raw = tomllib.loads(p.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"config file {p} is not valid TOML: {e}") from None
+        raw = read_toml(p)
         for section, value in raw.items():
             if not isinstance(value, dict):
                 raise UserError(f"config file {p}: {section!r} must be a [section]")
