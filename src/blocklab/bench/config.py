@@ -1,0 +1,257 @@
+"""What a benchmark run measures: the shape, the variants (block x precision x compile) and the options.
+
+Every user-facing check lives here and raises `UserError` with one line, so the CLI and
+`benchmarks/run_all.py` share the same validation.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from blocklab.errors import UserError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+ADAMW_IMPLS = ("fused", "foreach", "loop")
+ATTN_IMPLS = ("sdpa", "materialized")
+
+# Short keys of --shape and the ModelConfig / batch field each one sets.
+SHAPE_KEYS = {
+    "d": "d_model", "heads": "n_heads", "ff": "d_ff", "T": "seq_len", "layers": "n_layers",
+    "vocab": "vocab_size", "batch": "batch",
+}
+ALIASES = {"d_model": "d", "n_heads": "heads", "d_ff": "ff", "seq_len": "T", "n_layers": "layers",
+           "vocab_size": "vocab", "batch_size": "batch"}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Model width and the batch of one training step. The default is issue 7's CPU target shape."""
+
+    d_model: int = 768
+    n_heads: int = 12
+    d_ff: int = 3072
+    seq_len: int = 128
+    n_layers: int = 6
+    vocab_size: int = 2048
+    batch: int = 8
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq_len
+
+    def spec(self) -> str:
+        """The `--shape` string that reproduces this shape."""
+        return ",".join(f"{k}={getattr(self, v)}" for k, v in SHAPE_KEYS.items())
+
+    def model_config(self, block: str, attn_impl: str = "sdpa", seq_len: int | None = None):
+        from blocklab import ModelConfig
+
+        T = seq_len or self.seq_len
+        return ModelConfig(block=block, task="clm", vocab_size=self.vocab_size, d_model=self.d_model,
+                           n_layers=self.n_layers, n_heads=self.n_heads, d_ff=self.d_ff, max_seq_len=T,
+                           attn_impl=attn_impl)
+
+
+# Named shapes accepted by --shape (and as the base that `key=value` pairs override).
+SHAPES = {
+    "cpu-target": Shape(),  # issue 7: d=768, 12 heads, MLP 3072, T=128, 6 layers, vocab 2048, batch 8
+    "he-codeparrot": Shape(d_model=768, n_heads=12, d_ff=3072, seq_len=128, n_layers=18,
+                           vocab_size=50000, batch=128),  # issue 6's GPU preset, SPEC section 2's vocab
+    "tiny": Shape(d_model=64, n_heads=4, d_ff=256, seq_len=32, n_layers=2, vocab_size=256, batch=2),
+}
+
+
+def parse_shape(text: str) -> Shape:
+    """`d=768,heads=12,ff=3072,T=128,layers=6,vocab=2048,batch=8`, a named shape, or `NAME,key=value,...`."""
+    parts = [p.strip() for p in (text or "").split(",") if p.strip()]
+    if not parts:
+        raise UserError("--shape is empty; give key=value pairs such as d=768,heads=12,T=128")
+    base = Shape()
+    if "=" not in parts[0]:
+        if parts[0] not in SHAPES:
+            raise UserError(f"--shape: unknown named shape {parts[0]!r}; choose one of: {', '.join(SHAPES)}")
+        base, parts = SHAPES[parts[0]], parts[1:]
+    values = {}
+    for part in parts:
+        key, sep, raw = part.partition("=")
+        key = key.strip()
+        name = SHAPE_KEYS.get(ALIASES.get(key, key))
+        if not sep or name is None:
+            raise UserError(f"--shape: {part!r} is not key=value with a key among: {', '.join(SHAPE_KEYS)}")
+        try:
+            value = int(raw)
+        except ValueError:
+            raise UserError(f"--shape: {key}={raw!r} is not an integer") from None
+        if value <= 0:
+            raise UserError(f"--shape: {key}={value} must be positive")
+        values[name] = value
+    shape = replace(base, **values)
+    if shape.d_model % shape.n_heads:
+        raise UserError(f"--shape: d={shape.d_model} is not divisible by heads={shape.n_heads}")
+    return shape
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One timed configuration: a block at a precision, eager or compiled, with an attention path."""
+
+    block: str
+    precision: str = "fp32"
+    compile: bool = False
+    attn_impl: str = "sdpa"
+
+    @property
+    def label(self) -> str:
+        extra = "" if self.attn_impl == "sdpa" else f" [{self.attn_impl}]"
+        return f"{self.block} {self.precision} {'compile' if self.compile else 'eager'}{extra}"
+
+    @property
+    def mode(self) -> str:
+        """The block-independent part of the label: variants with equal modes are compared with each other."""
+        return f"{self.precision} {'compile' if self.compile else 'eager'}"
+
+
+@dataclass
+class BenchConfig:
+    shape: Shape = field(default_factory=Shape)
+    variants: list[Variant] = field(default_factory=list)
+    device: str = "cpu"
+    reps: int = 5                # round-robin rounds; each round times `steps` steps of every variant
+    steps: int = 1               # timed steps per variant per round
+    warmup: int = 2              # untimed steps per variant before the first round
+    memory: bool = True          # measure peak memory per variant (one subprocess each)
+    peak_size: int | None = None  # square matmul size for the peak; None: 2048 on CPU, 8192 on CUDA
+    scaling_T: list[int] = field(default_factory=list)  # memory scaling sequence lengths; empty: none
+    scaling_blocks: list[str] = field(default_factory=list)
+    scaling_impls: list[str] = field(default_factory=lambda: list(ATTN_IMPLS))
+    scaling_precision: str = "fp32"
+    skip_steps: bool = False     # only the memory scaling (no step timing, no peak)
+    reference: str = "pre-ln"    # the block the ratios are taken against
+    adamw: str = "fused"         # AdamW implementation: fused | foreach | loop (see bench.step.make_adamw)
+    command: str = ""            # the command line that produced this run, for the report
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["shape"] = asdict(self.shape) | {"spec": self.shape.spec()}
+        return d
+
+
+def parse_list(text: str, what: str) -> list[str]:
+    items = [t.strip() for t in (text or "").split(",") if t.strip()]
+    if not items:
+        raise UserError(f"{what} is empty")
+    dup = sorted({t for t in items if items.count(t) > 1})
+    if dup:
+        raise UserError(f"{what}: {dup[0]!r} is listed twice")
+    return items
+
+
+def parse_blocks(text: str) -> list[str]:
+    from blocklab.blocks import REGISTRY
+
+    blocks = parse_list(text, "--blocks")
+    for b in blocks:
+        if b not in REGISTRY:
+            raise UserError(f"--blocks: unknown block {b!r}; choose among: {', '.join(REGISTRY)}")
+    return blocks
+
+
+def parse_variants(text: str) -> list[Variant]:
+    """`pre-ln:bf16:compile,sas-p:fp32` -> variants; tokens after the block: a precision, compile|eager,
+    sdpa|materialized, in any order (defaults fp32, eager, sdpa)."""
+    from blocklab.blocks import REGISTRY
+
+    out = []
+    for item in parse_list(text, "--extra"):
+        block, *tokens = item.split(":")
+        if block not in REGISTRY:
+            raise UserError(f"--extra: unknown block {block!r} in {item!r}; choose among: {', '.join(REGISTRY)}")
+        kw: dict = {}
+        for tok in tokens:
+            if tok in PRECISIONS:
+                kw["precision"] = tok
+            elif tok in ("compile", "eager"):
+                kw["compile"] = tok == "compile"
+            elif tok in ATTN_IMPLS:
+                kw["attn_impl"] = tok
+            else:
+                raise UserError(f"--extra: {tok!r} in {item!r} is not a precision ({', '.join(PRECISIONS)}), "
+                                f"compile|eager or an attention path ({', '.join(ATTN_IMPLS)})")
+        out.append(Variant(block, **kw))
+    return out
+
+
+def parse_ints(text: str, what: str) -> list[int]:
+    out = []
+    for t in parse_list(text, what):
+        try:
+            v = int(t)
+        except ValueError:
+            raise UserError(f"{what}: {t!r} is not an integer") from None
+        if v <= 0:
+            raise UserError(f"{what}: {v} must be positive")
+        out.append(v)
+    return out
+
+
+def resolve_device(name: str) -> str:
+    """`auto` -> cuda when available, else cpu; `cuda` without a GPU is a UserError."""
+    import torch
+
+    if name not in DEVICES:
+        raise UserError(f"--device {name!r} is not valid; choose one of: {', '.join(DEVICES)}")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+    return name
+
+
+def check_precision(precision: str, device: str) -> None:
+    import torch
+
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision {precision!r} is not valid; choose one of: {', '.join(PRECISIONS)}")
+    if precision == "fp16" and device == "cpu":
+        raise UserError("--precision fp16 is refused on CPU (no fp16 autocast training there); use bf16 or fp32")
+    if precision == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UserError("--precision bf16: this GPU does not support bfloat16; use fp16 or fp32")
+
+
+def check_compile_available(device: str) -> None:
+    """torch.compile's CPU backend writes C++: refuse early, in one line, when there is no compiler."""
+    import shutil
+
+    if device == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+        raise UserError("--compile needs a C++ compiler on CPU (g++ or clang++); none was found on PATH")
+
+
+def validate(cfg: BenchConfig) -> BenchConfig:
+    for name in ("reps", "steps"):
+        if getattr(cfg, name) < 1:
+            raise UserError(f"--{name} must be at least 1, got {getattr(cfg, name)}")
+    if cfg.warmup < 0:
+        raise UserError(f"--warmup must be 0 or more, got {cfg.warmup}")
+    if cfg.peak_size is not None and cfg.peak_size < 16:
+        raise UserError(f"--peak-size must be at least 16, got {cfg.peak_size}")
+    for v in cfg.variants:
+        check_precision(v.precision, cfg.device)
+        if v.attn_impl not in ATTN_IMPLS:
+            raise UserError(f"--attn-impl {v.attn_impl!r} is not valid; choose one of: {', '.join(ATTN_IMPLS)}")
+        if v.compile:
+            check_compile_available(cfg.device)
+    check_precision(cfg.scaling_precision, cfg.device)
+    if cfg.adamw not in ADAMW_IMPLS:
+        raise UserError(f"--adamw {cfg.adamw!r} is not valid; choose one of: {', '.join(ADAMW_IMPLS)}")
+    for impl in cfg.scaling_impls:
+        if impl not in ATTN_IMPLS:
+            raise UserError(f"--scaling-impls: {impl!r} is not valid; choose among: {', '.join(ATTN_IMPLS)}")
+    labels = [v.label for v in cfg.variants]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise UserError(f"variant {dup[0]!r} is listed twice (check --blocks, --extra and --vs-fp32-eager)")
+    if not cfg.skip_steps and not cfg.variants:
+        raise UserError("nothing to benchmark: no blocks given")
+    if cfg.skip_steps and not cfg.scaling_T:
+        raise UserError("--scaling-only needs --memory-scaling T1,T2,...")
+    return cfg
