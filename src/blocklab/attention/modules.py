@@ -76,8 +76,9 @@ class ShapedAttention(nn.Module):
                 m = m - self.gamma.view(1, H, 1, 1) * centring_matrix(T, cfg.causal, key_mask, x.device, v.dtype)
             out = m @ v
         else:
-            out = alpha * v + beta * softmax_attention(q, k, v, cfg.causal, key_mask, "sdpa")
+            # addcmul: the same sums in fewer elementwise passes (forward and backward).
+            out = torch.addcmul(alpha * v, beta, softmax_attention(q, k, v, cfg.causal, key_mask, "sdpa"))
             if self.gamma is not None:
-                out = out - self.gamma.view(1, H, 1, 1) * centred_mean(v, cfg.causal, key_mask)
+                out = torch.addcmul(out, -self.gamma.view(1, H, 1, 1), centred_mean(v, cfg.causal, key_mask))
         out = merge_heads(out)
         return self.proj(out) if self.proj is not None else out

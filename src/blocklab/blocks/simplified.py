@@ -1,6 +1,7 @@
 """The simplified blocks of He & Hofmann: no attention skip, shaped attention, then no V/P, parallel, no norms."""
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 
 from blocklab.attention import IdentityPlus, ShapedAttention
@@ -73,7 +74,7 @@ class SASP(nn.Module):
 
     def forward(self, x, key_mask=None):
         h = self.norm(x)
-        return self.beta_sa * self.attn(h, key_mask) + self.beta_ff * self.mlp(h)
+        return torch.addcmul(self.beta_sa * self.attn(h, key_mask), self.beta_ff, self.mlp(h))
 
 
 @register("sas-p-nonorm", beta_ff=0.1, beta_sa=1.0)

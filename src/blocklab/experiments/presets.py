@@ -13,8 +13,8 @@ QUICK = {
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
-        "train": {"steps": 300, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.1, "log_every": 5,
-                  "eval_every": 50, "eval_batches": 8, "checkpoint_every": 100},
+        "train": {"steps": 250, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.1, "log_every": 5,
+                  "eval_every": 50, "eval_batches": 8, "checkpoint_every": 125},
     },
     "grid": {"model.block": ["pre-ln", "post-ln", "sas", "sas-p", "sas-p-nonorm"]},
     "runs": [
