@@ -44,6 +44,8 @@ def test_bad_sweeps_are_one_line_errors(tmp_path):
         build_sweep({"grd": {}})
     with pytest.raises(UserError, match="no runs"):
         build_sweep({"name": "empty"})
+    with pytest.raises(UserError, match="target_run 'c'"):
+        build_sweep({"runs": [{"name": "a"}, {"name": "b"}], "target_run": "c"})
     with pytest.raises(UserError, match="share the name"):
         build_sweep({"runs": [{"name": "a"}, {"name": "a"}]})
     (tmp_path / "s.toml").write_text("name = [")

@@ -77,6 +77,16 @@ def test_default_target_is_worst_completed_final_loss(sweep):
     assert steps == {"SAS-P": 200, "Pre-LN": 170, "SAS": 110, "Post-LN lr=3e-3": None}
 
 
+def test_reference_run_sets_the_target(sweep):
+    runs, _ = load_runs(sweep)
+    target = choose_target(runs, reference="Pre-LN")
+    # Pre-LN's final smoothed loss is 6 - 0.015*200 = 3.0; SAS-P (3.5 at its end) never matches it
+    assert target.source == "reference" and target.value == pytest.approx(3.0) and "Pre-LN" in target.note
+    assert steps_to_target(runs[[r.label for r in runs].index("SAS-P")], target.value) is None
+    # a reference that did not complete falls back to the default
+    assert choose_target(runs, reference="Post-LN lr=3e-3").source == "worst-completed"
+
+
 def test_given_target_and_table_rows(sweep):
     runs, _ = load_runs(sweep)
     target = choose_target(runs, 4.1)

@@ -10,6 +10,7 @@ QUICK = {
     "description": "Pre-LN, Post-LN, SAS, SAS-P and SAS-P without norms, causal LM on the Python standard "
                    "library; AdamW with 5% warm-up and linear decay; Post-LN and Pre-LN again without warm-up.",
     "expected_cost": "about 10 minutes on 2 CPU cores",
+    "target_run": "pre-ln",  # steps to target: how long each block takes to match Pre-LN's final loss
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
@@ -65,6 +66,7 @@ DEPTH = {
     "name": "depth",
     "description": "Depth scaling of Pre-LN, SAS and SAS-P at 6, 12 and 24 layers (d=128) on the stdlib corpus.",
     "expected_cost": "9 runs of 300 steps: about 45 minutes on 2 CPU cores",
+    "target_run": "pre-ln_L6",
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"d_model": 128, "n_heads": 4, "d_ff": 512},

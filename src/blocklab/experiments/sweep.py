@@ -31,9 +31,11 @@ class Sweep:
     runs: list[RunSpec] = field(default_factory=list)
     probes: dict | None = None  # arguments of `blocklab probe` (key -> value), run once per sweep
     expected_cost: str = ""
+    target_run: str | None = None  # the report's steps-to-target uses this run's final loss
 
     def to_json(self) -> dict:
         return {"name": self.name, "description": self.description, "expected_cost": self.expected_cost,
+                "target_run": self.target_run,
                 "base": self.base, "probes": self.probes,
                 "runs": [{"name": r.name, "label": r.label, "overrides": r.overrides} for r in self.runs]}
 
@@ -66,7 +68,7 @@ def _slug(text: str) -> str:
 
 def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
     """A sweep from its dict form (a preset, or a parsed SWEEP.toml); `extra` overrides every run."""
-    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost"}
+    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost", "target_run"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
@@ -96,8 +98,11 @@ def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
             r.config = load_config(None, _merge(base, r.overrides))
         except UserError as e:
             raise UserError(f"run {r.label!r}: {e}") from None
+    target_run = spec.get("target_run")
+    if target_run is not None and target_run not in names:
+        raise UserError(f"target_run {target_run!r} is not a run of the sweep; runs: {', '.join(names)}")
     return Sweep(spec.get("name", "sweep"), spec.get("description", ""), base, runs, spec.get("probes"),
-                 spec.get("expected_cost", ""))
+                 spec.get("expected_cost", ""), target_run)
 
 
 def load_sweep(preset_or_path: str, extra: dict | None = None) -> Sweep:

@@ -55,12 +55,21 @@ class Target:
     note: str        # one sentence for the report
 
 
-def choose_target(runs: list[Run], target_loss: float | None = None) -> Target:
-    """`target_loss` when given; else the worst (highest) final smoothed training loss of the completed
-    runs, so that every completed run reaches it and the column compares how fast they get there."""
+def choose_target(runs: list[Run], target_loss: float | None = None, reference: str | None = None) -> Target:
+    """`target_loss` when given; else the final smoothed training loss of the sweep's `reference` run
+    (sweep.json's target_run: how many steps each block needs to match it); else the worst final smoothed
+    training loss of the completed runs, so that every completed run reaches it."""
     if target_loss is not None:
         return Target(float(target_loss), "given",
                       f"Target loss {target_loss:.4g} (given with --target-loss).")
+    ref = next((r for r in runs if reference is not None and reference in (r.name, r.label)), None)
+    if ref is not None and ref.status == "completed":
+        value = final_smoothed_loss(ref)
+        if value is not None and math.isfinite(value):
+            return Target(value, "reference",
+                          f"Target loss {value:.4g}: the final smoothed training loss of the reference run "
+                          f"{ref.label}; steps to target is how long each run takes to match it "
+                          f"(pass --target-loss to choose another).")
     finals = [(final_smoothed_loss(r), r.label) for r in runs if r.status == "completed"]
     finals = [(v, label) for v, label in finals if v is not None and math.isfinite(v)]
     if not finals:

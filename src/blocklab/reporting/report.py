@@ -149,7 +149,7 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
         raise UserError(f"--target-loss {target_loss!r} is not valid; give a positive loss value")
     root = Path(root)
     runs, sweep = load_runs(root)
-    target = choose_target(runs, target_loss)
+    target = choose_target(runs, target_loss, reference=sweep.get("target_run"))
     settings = varying_settings(runs)
     rows = []
     for r in runs:
