@@ -59,3 +59,22 @@ def test_sdpa_path_never_builds_a_T_by_T_tensor(monkeypatch):
     for block in ("sas", "sas-p", "shaped-vp", "v-skipinit"):
         model = build_model(small_cfg(block))
         model(torch.randint(0, 97, (1, 16))).logits.sum().backward()
+
+
+def test_cpu_bf16_autocast_runs_the_flash_kernel_in_fp32(monkeypatch):
+    """The CPU flash backward is 3-4x slower in bf16; autocast must not undo the fp32 upcast."""
+    import blocklab.attention.functional as fn
+
+    seen, real = [], fn.F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.append(q.dtype)
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(fn.F, "scaled_dot_product_attention", spy)
+    for block in ("pre-ln", "sas-p"):
+        model = build_model(small_cfg(block))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(torch.randint(0, 97, (2, 16))).logits
+        assert out.dtype == torch.bfloat16  # the rest of the model does run in bf16
+    assert seen and all(d == torch.float32 for d in seen)

@@ -1,6 +1,7 @@
 """Softmax attention, two ways: the fused SDPA kernel (default) and the explicit T x T matrix (reference)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -31,12 +32,17 @@ def softmax_attention(q, k, v, causal: bool, key_mask=None, impl: str = "sdpa") 
     if impl == "materialized":
         return attention_matrix(q, k, causal, key_mask) @ v
     dtype = v.dtype
-    if q.device.type == "cpu" and dtype == torch.bfloat16:
-        # The CPU flash kernel's bf16 backward is 3-4x slower than its fp32 one; memory stays O(T).
+    upcast = q.device.type == "cpu" and torch.bfloat16 in (q.dtype, k.dtype, v.dtype)
+    if upcast:
+        # The CPU flash kernel's bf16 backward is 3-4x slower than its fp32 one (memory stays O(T)).
+        # Autocast would cast the inputs straight back to bf16, so it is off for this call.
         q, k, v = q.float(), k.float(), v.float()
-    if key_mask is None:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    else:
+    mask = None
+    if key_mask is not None:
         mask = allowed(q.shape[-2], causal, key_mask, q.device) if causal else key_mask[:, None, None, :].bool()
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    with torch.autocast("cpu", enabled=False) if upcast else contextlib.nullcontext():
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out.to(dtype)
