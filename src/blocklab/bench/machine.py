@@ -51,16 +51,21 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def meminfo(key: str) -> int | None:
-    """A /proc/meminfo field in bytes (MemTotal, MemAvailable), or None off Linux."""
+def _proc_kb(path: str, key: str) -> int | None:
+    """A `key: N kB` field of a /proc file in bytes, or None off Linux."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+def meminfo(key: str) -> int | None:
+    """A /proc/meminfo field in bytes (MemTotal, MemAvailable), or None off Linux."""
+    return _proc_kb("/proc/meminfo", key)
 
 
 def available_memory(device: str) -> int | None:
@@ -71,14 +76,7 @@ def available_memory(device: str) -> int | None:
 
 
 def _status_kb(key: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return _proc_kb("/proc/self/status", key)
 
 
 def current_rss() -> int:
