@@ -29,9 +29,11 @@ def test_invalid_fields_name_field_value_and_choices(kw, field, words):
         assert w in msg
 
 
-def test_unknown_option_from_dict():
-    with pytest.raises(ValueError, match="dropout"):
-        ModelConfig.from_dict({"dropout": 0.1})
+def test_unknown_option_is_a_value_error_naming_it():
+    for make in (lambda: ModelConfig(dropout=0.1), lambda: ModelConfig.from_dict({"dropout": 0.1})):
+        with pytest.raises(ValueError) as e:
+            make()
+        assert "dropout" in str(e.value) and "0.1" in str(e.value) and "block" in str(e.value)
 
 
 def test_defaults_match_spec():

@@ -1,6 +1,7 @@
 """ModelConfig: every architectural choice, validated at construction (SPEC.md section 4)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, fields
 
 TASKS = ("clm", "mlm")
@@ -22,6 +23,23 @@ def positive(field: str, value, kind=int) -> None:
         raise ValueError(f"{field}={value!r} is not valid; it must be a positive {kind.__name__}")
 
 
+def reject_unknown(cls):
+    """Unknown keyword -> ValueError naming it, its value and the valid options (a dataclass raises TypeError)."""
+    init, names = cls.__init__, [f.name for f in fields(cls)]
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise ValueError(f"{unknown[0]}={kwargs[unknown[0]]!r} is not a {cls.__name__} option; "
+                             f"choose among: {', '.join(names)}")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@reject_unknown
 @dataclass
 class ModelConfig:
     block: str = "pre-ln"
@@ -98,8 +116,4 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"model.{unknown[0]} is not a model option; valid: {', '.join(sorted(known))}")
         return cls(**d)
