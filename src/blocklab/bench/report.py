@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 
+from blocklab.atomic import write_atomic
 from blocklab.bench.machine import describe
 
 MIB = 2 ** 20
@@ -133,10 +132,4 @@ def render_text(result: dict) -> str:
 
 def write_json(result: dict, path: str) -> None:
     """Atomic write (temporary file, then rename)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".bench-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f, indent=1, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(result, indent=1, default=str) + "\n")

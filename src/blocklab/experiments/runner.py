@@ -6,7 +6,7 @@ from pathlib import Path
 
 from blocklab.errors import UserError
 from blocklab.experiments.sweep import Sweep, run_status
-from blocklab.training.checkpoint import write_atomic
+from blocklab.atomic import write_atomic
 
 
 def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=print) -> dict:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from blocklab import __version__
+from blocklab.atomic import write_atomic
 from blocklab.blocks import REGISTRY
 from blocklab.config import ModelConfig
 from blocklab.model import build_model
@@ -186,12 +187,7 @@ def sanitize(obj):
 
 def write_json(result: dict, path: str) -> str:
     """Write atomically (temporary file, then rename)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(result, indent=1, allow_nan=False) + "\n")
     return path
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from blocklab.errors import UserError
 from blocklab.reporting import figures as F
+from blocklab.atomic import write_atomic
 from blocklab.reporting.analysis import (Target, choose_target, markdown_table, run_row, smoothing_window,
                                          varying_settings)
 from blocklab.reporting.runs import Run, load_runs
@@ -204,20 +205,14 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
                   notes=_notes(runs, target), sections=sections)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def generate_report(root: str | Path, target_loss: float | None = None) -> Report:
     """build_report, then write DIR/report.html (self-contained) and DIR/report.md; returns the Report."""
     from blocklab.reporting.render import to_html, to_markdown
 
     report = build_report(root, target_loss)
     report.html_path, report.md_path = report.root / "report.html", report.root / "report.md"
-    _write_atomic(report.html_path, to_html(report))
-    _write_atomic(report.md_path, to_markdown(report))
+    write_atomic(report.html_path, to_html(report))
+    write_atomic(report.md_path, to_markdown(report))
     return report
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from blocklab.data import ClmBatches, MlmBatches, prepare
+from blocklab.data import IGNORE_INDEX, ClmBatches, MlmBatches, prepare
 from blocklab.errors import UserError
 from blocklab.model import build_model, count_parameters
 from blocklab.training import distributed
-from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint, write_atomic
+from blocklab.atomic import write_atomic
+from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from blocklab.training.config import RunConfig, load_config, to_toml
 from blocklab.training.logger import MetricsLogger
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
@@ -98,8 +99,9 @@ class Trainer:
         ids, labels, *mask = (x.to(self.dist.device) for x in batch)
         with self.autocast():
             logits = model(ids, attention_mask=mask[0] if mask else None).logits
-        loss_sum = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
-        return loss_sum, (labels != -100).sum()
+        loss_sum = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                                   reduction="sum")
+        return loss_sum, (labels != IGNORE_INDEX).sum()
 
     @torch.no_grad()
     def evaluate(self) -> float:
