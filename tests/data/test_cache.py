@@ -79,7 +79,7 @@ def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
     cfg = DataConfig(source=str(_corpus_dir(tmp_path / "c")), vocab_size=300, cache_dir=str(tmp_path / "cache"))
     real_encode = corpus_mod.encode_to_file
 
-    def killed(tok, docs, path, dtype):
+    def killed(tok, docs, path, dtype, *rest):
         real_encode(tok, docs[: len(docs) // 2], path, dtype)  # half the file written...
         raise KeyboardInterrupt  # ...then Ctrl-C
 
@@ -187,3 +187,20 @@ def test_entry_published_meanwhile_by_another_builder_wins(tmp_path):
     # a damaged entry is replaced when we say so
     meta = write_entry(tmp_path, key, fill("again"), trust_existing=False)
     assert read_meta(entry_dir(tmp_path, key), key)["stats"]["by"] == "again"
+
+
+def test_unigram_entropy_is_that_of_the_train_tokens_and_old_entries_get_it(tmp_path):
+    cfg = DataConfig(source=str(_corpus_dir(tmp_path / "c")), vocab_size=300, cache_dir=str(tmp_path / "cache"))
+    c = prepare(cfg, **QUIET)
+    p = np.bincount(np.asarray(c.train), minlength=c.vocab_size) / len(c.train)
+    p = p[p > 0]
+    expected = float(-(p * np.log(p)).sum())
+    assert isinstance(c.unigram_entropy, float) and c.unigram_entropy == pytest.approx(expected, rel=1e-12)
+    assert 0 < c.unigram_entropy < np.log(c.vocab_size)
+    # An entry written before the entropy was recorded: still a cache hit, computed on open.
+    meta_path = Path(c.stats["cache_dir"]) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["stats"]["unigram_entropy"]
+    meta_path.write_text(json.dumps(meta))
+    old = prepare(cfg, **QUIET)
+    assert old.stats["cache_hit"] is True and old.unigram_entropy == pytest.approx(expected, rel=1e-12)

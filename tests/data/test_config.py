@@ -11,6 +11,8 @@ def test_defaults_are_valid():
     cfg = DataConfig()
     assert (cfg.source, cfg.glob, cfg.vocab_size, cfg.seq_len) == ("stdlib", None, 8192, 256)
     assert (cfg.mask_prob, cfg.val_fraction, cfg.cache_dir) == (0.15, 0.02, None)
+    assert (cfg.text_field, cfg.hf_config, cfg.split, cfg.streaming) == ("text", None, "train", False)
+    assert (cfg.src_lang, cfg.tgt_lang) == ("de", "en")
 
 
 @pytest.mark.parametrize(
@@ -30,6 +32,15 @@ def test_defaults_are_valid():
         ("source", ""),
         ("glob", ""),
         ("cache_dir", ""),
+        ("text_field", ""),
+        ("text_field", 3),
+        ("hf_config", ""),
+        ("split", " "),
+        ("src_lang", ""),
+        ("tgt_lang", None),
+        ("streaming", "yes"),
+        ("tokenizer_sample_mb", 0),
+        ("tokenizer_sample_mb", -1.0),
     ],
 )
 def test_bad_field_is_a_value_error_naming_it(field, value):
@@ -54,3 +65,14 @@ def test_cache_root_precedence(monkeypatch, tmp_path):
     assert cache_root(DataConfig()) == tmp_path / "xdg" / "blocklab"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert cache_root(DataConfig()) == Path.home() / ".cache" / "blocklab"
+
+
+def test_new_fields_work_as_command_line_overrides():
+    from blocklab.training.config import load_config
+
+    cfg = load_config(None, ["--data.text_field", "content", "--data.hf_config", "python", "--data.split",
+                             "validation", "--data.streaming", "true", "--data.src_lang", "fr",
+                             "--data.tgt_lang", "de", "--data.tokenizer_sample_mb", "64"]).data
+    assert (cfg.text_field, cfg.hf_config, cfg.split, cfg.streaming) == ("content", "python", "validation", True)
+    assert (cfg.src_lang, cfg.tgt_lang, cfg.tokenizer_sample_mb) == ("fr", "de", 64.0)
+    assert load_config(None, ["--data.hf_config", "none"]).data.hf_config is None

@@ -43,21 +43,33 @@ def _float_field(name: str, value, lo: float, hi: float, lo_open: bool, hi_open:
 
 @dataclass
 class DataConfig:
-    source: str = "stdlib"  # "stdlib" | text file | folder | .jsonl file (field "text")
+    source: str = "stdlib"  # "stdlib" | "python" | "hf:NAME_OR_PATH" | text file | folder | .jsonl file
     glob: str | None = None  # folder only, e.g. "src/**/*.py"; None: every (non-hidden) file
     vocab_size: int = 8192
     seq_len: int = 256
     mask_prob: float = 0.15
     val_fraction: float = 0.02  # by document, deterministic
     cache_dir: str | None = None  # None: $BLOCKLAB_CACHE, $XDG_CACHE_HOME/blocklab, ~/.cache/blocklab
+    # hf: sources (SPEC section 5 spellings)
+    text_field: str = "text"  # the column (hf:) / JSON key holding each document's text
+    hf_config: str | None = None  # a hub dataset's configuration name, e.g. "wikitext-103-raw-v1"
+    split: str = "train"  # the hub/local dataset split to read; we cut validation from it ourselves
+    streaming: bool = False  # hf: hub names only: iterate without downloading the whole set first
+    # parallel text (translation): source and target language codes
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    # Byte-level BPE is trained on at most this many MB of training text, a deterministic
+    # sample spread over the corpus: merges stop changing long before a GB-scale corpus
+    # is exhausted, while training time and memory grow with the text.
+    tokenizer_sample_mb: float = 256.0
 
     def __post_init__(self):
         if isinstance(self.source, os.PathLike):
             self.source = os.fspath(self.source)
         if not isinstance(self.source, str) or not self.source.strip():
             raise ConfigError(
-                f"source={self.source!r} is invalid: expected 'stdlib' or a path to a text file, "
-                "a folder or a .jsonl file"
+                f"source={self.source!r} is invalid: expected 'stdlib', 'python', 'hf:NAME_OR_PATH' "
+                "or a path to a text file, a folder or a .jsonl file"
             )
         if self.glob is not None and (not isinstance(self.glob, str) or not self.glob.strip()):
             raise ConfigError(f"glob={self.glob!r} is invalid: expected a pattern such as 'src/**/*.py' or None")
@@ -65,6 +77,15 @@ class DataConfig:
         _int_field("seq_len", self.seq_len, 1)
         _float_field("mask_prob", self.mask_prob, 0.0, 1.0, lo_open=True, hi_open=False)
         _float_field("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
+        for name in ("text_field", "split", "src_lang", "tgt_lang"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"{name}={value!r} is invalid: expected a non-empty string")
+        if self.hf_config is not None and (not isinstance(self.hf_config, str) or not self.hf_config.strip()):
+            raise ConfigError(f"hf_config={self.hf_config!r} is invalid: expected a configuration name or None")
+        if not isinstance(self.streaming, bool):
+            raise ConfigError(f"streaming={self.streaming!r} is invalid: expected true or false")
+        _float_field("tokenizer_sample_mb", self.tokenizer_sample_mb, 0.0, float("inf"), lo_open=True, hi_open=True)
         if isinstance(self.cache_dir, os.PathLike):
             self.cache_dir = os.fspath(self.cache_dir)
         if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir):

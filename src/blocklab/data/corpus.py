@@ -25,6 +25,7 @@ from blocklab.data.tokenizer import (
     token_dtype,
     tokenizer_settings,
     train_tokenizer,
+    unigram_entropy,
 )
 
 
@@ -45,6 +46,12 @@ class Corpus:
         """Size of the trained vocabulary, specials included. At most DataConfig.vocab_size:
         a small corpus may run out of merges before reaching it."""
         return self.tokenizer.get_vocab_size()
+
+    @property
+    def unigram_entropy(self) -> float:
+        """Entropy (nats) of the training split's token frequencies: the loss a model that
+        learned only unigram statistics plateaus at (stalled-run detection)."""
+        return float(self.stats["unigram_entropy"])
 
     @property
     def special_ids(self) -> tuple[int, ...]:
@@ -71,7 +78,8 @@ def _build(tmp: Path, train_docs, val_docs, cfg: DataConfig, log: Callable) -> d
 
     t0 = time.perf_counter()
     dtype = token_dtype(cfg.vocab_size)
-    train_starts = encode_to_file(tok, train_docs, tmp / "train.bin", dtype)
+    counts = np.zeros(tok.get_vocab_size(), dtype=np.int64)
+    train_starts = encode_to_file(tok, train_docs, tmp / "train.bin", dtype, counts)
     val_starts = encode_to_file(tok, val_docs, tmp / "val.bin", dtype)
     np.save(tmp / "train_doc_starts.npy", train_starts)
     np.save(tmp / "val_doc_starts.npy", val_starts)
@@ -81,6 +89,7 @@ def _build(tmp: Path, train_docs, val_docs, cfg: DataConfig, log: Callable) -> d
         "tokens_train": (tmp / "train.bin").stat().st_size // itemsize,
         "tokens_val": (tmp / "val.bin").stat().st_size // itemsize,
         "vocab_size": tok.get_vocab_size(),
+        "unigram_entropy": unigram_entropy(counts),
         "tokenizer_train_seconds": round(t_train, 3),
         "encode_seconds": round(t_encode, 3),
     }
@@ -151,4 +160,7 @@ def _open(entry: Path, meta: dict) -> Corpus:
     for starts, arr in ((train_starts, train), (val_starts, val)):
         if starts.ndim != 1 or len(starts) == 0 or starts[0] != 0 or starts[-1] >= len(arr):
             raise ValueError("document offsets do not match the token array")
-    return Corpus(tok, train, val, train_starts, val_starts, pad_id, mask_id, eod_id, dict(meta["stats"]))
+    stats = dict(meta["stats"])
+    if "unigram_entropy" not in stats:  # entries written before it was recorded
+        stats["unigram_entropy"] = unigram_entropy(np.bincount(train, minlength=tok.get_vocab_size()))
+    return Corpus(tok, train, val, train_starts, val_starts, pad_id, mask_id, eod_id, stats)

@@ -87,9 +87,19 @@ def _chunks(docs: list[Document], size: int) -> Iterable[list[str]]:
         yield [d.text for d in docs[i : i + size]]
 
 
-def encode_to_file(tok: Tokenizer, docs: list[Document], path: Path, dtype: np.dtype) -> np.ndarray:
-    """Write the documents' ids, each followed by <eod>, as raw `dtype` to `path`.
-    Returns the int64 offset of each document's first token."""
+def unigram_entropy(counts: np.ndarray) -> float:
+    """Entropy (nats) of the token frequencies: the loss of a model that learned only
+    how often each token occurs, and nothing about context."""
+    counts = np.asarray(counts, dtype=np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def encode_to_file(tok: Tokenizer, docs: list[Document], path: Path, dtype: np.dtype,
+                   counts: np.ndarray | None = None) -> np.ndarray:
+    """Write the documents' ids, each followed by <eod>, as raw `dtype` to `path`;
+    add each id's occurrences to `counts` if given. Returns the int64 offset of each
+    document's first token."""
     eod = tok.token_to_id(EOD)
     # encode_batch_fast skips offset tracking, which we never use; fall back on old releases.
     encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
@@ -98,6 +108,8 @@ def encode_to_file(tok: Tokenizer, docs: list[Document], path: Path, dtype: np.d
         for texts in _chunks(docs, ENCODE_CHUNK_DOCS):
             for enc in encode(texts, add_special_tokens=False):
                 ids = np.asarray(enc.ids + [eod], dtype=dtype)
+                if counts is not None:
+                    counts += np.bincount(ids, minlength=len(counts))
                 starts.append(pos)
                 pos += len(ids)
                 f.write(ids.tobytes())

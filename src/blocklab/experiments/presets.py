@@ -53,7 +53,10 @@ HE_CODEPARROT = {
     "expected_cost": "per run 40k steps x 128 x 128 = 655M tokens, about 6.5e17 FLOPs: roughly 30 minutes on one "
                      "H100 at 40% bf16 utilisation (estimate from the FLOP count, not a measurement); days on a CPU",
     "base": {
-        "data": {"source": "stdlib", "vocab_size": 50000, "seq_len": 128},
+        # The whole Python environment (about 10x the stdlib): one pass covers far more steps.
+        # For the paper's corpus: --data.source hf:codeparrot/codeparrot-clean --data.text_field content
+        # --data.streaming true (needs the network; --data.split train).
+        "data": {"source": "python", "vocab_size": 50000, "seq_len": 128},
         "model": {"d_model": 768, "n_layers": 18, "n_heads": 12, "d_ff": 3072, "max_seq_len": 1024},
         "train": {"steps": 40000, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.1, "precision": "bf16",
                   "compile": True, "log_every": 50, "eval_every": 1000, "checkpoint_every": 2000},
