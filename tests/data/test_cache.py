@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import blocklab.data.corpus as corpus_mod
+import blocklab.data.build as build_mod
 from blocklab.data import DataConfig, prepare
 from blocklab.data.cache import TMP_PREFIX
 
@@ -32,7 +32,7 @@ def _forbid_training(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("tokenizer retrained on a cache hit")
 
-    monkeypatch.setattr(corpus_mod, "train_tokenizer", boom)
+    monkeypatch.setattr(build_mod, "train_tokenizer", boom)
 
 
 def test_second_prepare_is_a_fast_cache_hit(tmp_path, monkeypatch):
@@ -77,18 +77,19 @@ def test_changed_corpus_or_settings_rebuild(tmp_path):
 
 def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
     cfg = DataConfig(source=str(_corpus_dir(tmp_path / "c")), vocab_size=300, cache_dir=str(tmp_path / "cache"))
-    real_encode = corpus_mod.encode_to_file
+    real_encode = build_mod.encode_stream
 
-    def killed(tok, docs, path, dtype, *rest):
-        real_encode(tok, docs[: len(docs) // 2], path, dtype)  # half the file written...
+    def killed(tok, docs, path, *rest):
+        docs = list(docs)
+        real_encode(tok, docs[: len(docs) // 2], path, *rest)  # half the file written...
         raise KeyboardInterrupt  # ...then Ctrl-C
 
-    monkeypatch.setattr(corpus_mod, "encode_to_file", killed)
+    monkeypatch.setattr(build_mod, "encode_stream", killed)
     with pytest.raises(KeyboardInterrupt):
         prepare(cfg, **QUIET)
     left = [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".lock-")]
     assert left == []
-    monkeypatch.setattr(corpus_mod, "encode_to_file", real_encode)
+    monkeypatch.setattr(build_mod, "encode_stream", real_encode)
     assert prepare(cfg, **QUIET).stats["cache_hit"] is False
 
 

@@ -1,7 +1,8 @@
 """The on-disk cache of prepared corpora: content-addressed and written atomically.
 
 An entry is a folder named after a hash of everything that determines its contents
-(the documents' names and bytes, the tokenizer settings, the split, a format version).
+(the documents' names and bytes, the source options, the tokenizer settings, the split,
+a format version).
 It is built in a temporary folder beside it and renamed into place in one step, and
 `meta.json` is its last file, so a killed run leaves at most a `.tmp-*` folder, which
 is never read and is removed by a later run.
@@ -17,17 +18,16 @@ import re
 import secrets
 import shutil
 import socket
-import struct
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from blocklab.data.sources import LoadedCorpus
+from blocklab.data.documents import DocStream
 from blocklab.errors import UserError
 
 # Bump when the entry layout or the way ids are produced changes: old entries then
 # simply stop matching, no migration needed.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: streamed build, unigram entropy, tokenizer sample
 META = "meta.json"
 TMP_PREFIX = ".tmp-"
 STALE_TMP_SECONDS = 6 * 3600  # a build never takes this long; older temp dirs are debris
@@ -38,17 +38,11 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
 
-def corpus_key(loaded: LoadedCorpus, settings: dict) -> str:
-    """sha256 over the settings and every document's name and bytes (length-prefixed, so
-    no two different corpora serialise alike). About 30 ms for the 12 MB stdlib."""
-    h = hashlib.sha256()
-    header = {"format": FORMAT_VERSION, "kind": loaded.kind, **settings}
-    h.update(json.dumps(header, sort_keys=True).encode())
-    for doc in loaded.docs:
-        name, data = doc.name.encode("utf-8"), doc.text.encode("utf-8")
-        h.update(struct.pack("<QQ", len(name), len(data)))
-        h.update(name)
-        h.update(data)
+def corpus_key(stream: DocStream, settings: dict) -> str:
+    """sha256 over the format, the settings and the stream's content fingerprint."""
+    header = {"format": FORMAT_VERSION, "kind": stream.kind, "source": stream.settings, **settings}
+    h = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
+    h.update(stream.fingerprint.encode())
     return h.hexdigest()
 
 

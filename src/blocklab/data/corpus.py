@@ -1,8 +1,9 @@
 """prepare(): corpus -> trained tokenizer + encoded token arrays, through the cache.
 
-First run: read the documents, split them, train byte-level BPE on the training split
-only (validation text must not shape the vocabulary), encode both splits to memory-mapped
-token files. Later runs: read and hash the documents (fast), open the cached entry.
+First run: scan the source (content fingerprint), train byte-level BPE on the training
+split only (validation text must not shape the vocabulary), stream both splits into
+memory-mapped token files (build.py). Later runs: scan and hash the source (seconds),
+open the cached entry.
 """
 
 from __future__ import annotations
@@ -17,16 +18,9 @@ from tokenizers import Tokenizer
 
 from blocklab.data import cache
 from blocklab.data.config import DataConfig, cache_root
-from blocklab.data.sources import load_corpus, split_documents
-from blocklab.data.tokenizer import (
-    encode_to_file,
-    load_tokenizer,
-    special_ids,
-    token_dtype,
-    tokenizer_settings,
-    train_tokenizer,
-    unigram_entropy,
-)
+from blocklab.data.build import build_entry, sample_budget
+from blocklab.data.sources import open_stream
+from blocklab.data.tokenizer import load_tokenizer, special_ids, tokenizer_settings, unigram_entropy
 
 
 @dataclass
@@ -67,44 +61,14 @@ class Corpus:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
 
-def _build(tmp: Path, train_docs, val_docs, cfg: DataConfig, log: Callable) -> dict:
-    n_bytes = sum(len(d.text.encode("utf-8")) for d in train_docs)
-    log(f"data: training byte-level BPE (vocab {cfg.vocab_size}) on {len(train_docs)} documents, "
-        f"{n_bytes / 1e6:.1f} MB")
-    t0 = time.perf_counter()
-    tok = train_tokenizer([d.text for d in train_docs], cfg.vocab_size)
-    t_train = time.perf_counter() - t0
-    tok.save(str(tmp / "tokenizer.json"))
-
-    t0 = time.perf_counter()
-    dtype = token_dtype(cfg.vocab_size)
-    counts = np.zeros(tok.get_vocab_size(), dtype=np.int64)
-    train_starts = encode_to_file(tok, train_docs, tmp / "train.bin", dtype, counts)
-    val_starts = encode_to_file(tok, val_docs, tmp / "val.bin", dtype)
-    np.save(tmp / "train_doc_starts.npy", train_starts)
-    np.save(tmp / "val_doc_starts.npy", val_starts)
-    t_encode = time.perf_counter() - t0
-    itemsize = dtype.itemsize
-    stats = {
-        "tokens_train": (tmp / "train.bin").stat().st_size // itemsize,
-        "tokens_val": (tmp / "val.bin").stat().st_size // itemsize,
-        "vocab_size": tok.get_vocab_size(),
-        "unigram_entropy": unigram_entropy(counts),
-        "tokenizer_train_seconds": round(t_train, 3),
-        "encode_seconds": round(t_encode, 3),
-    }
-    n_tokens = stats["tokens_train"] + stats["tokens_val"]
-    log(f"data: tokenizer trained in {t_train:.1f} s, encoded {n_tokens:,} tokens in {t_encode:.1f} s")
-    return {"dtype": dtype.name, "stats": stats}
-
-
 def prepare(cfg: DataConfig, log: Callable = print) -> Corpus:
     """Tokenizer and token arrays for `cfg`'s corpus, from the cache when possible."""
     t_start = time.perf_counter()
-    loaded = load_corpus(cfg, log)  # every bad input fails here, before the cache is touched
-    train_docs, val_docs = split_documents(loaded.docs, cfg.val_fraction)
-    settings = {**tokenizer_settings(cfg.vocab_size), "val_fraction": cfg.val_fraction}
-    key = cache.corpus_key(loaded, settings)
+    stream = open_stream(cfg, log)  # a scan; most bad inputs fail here, before the cache is touched
+    budget = sample_budget(cfg, stream)
+    settings = {**tokenizer_settings(cfg.vocab_size), "val_fraction": cfg.val_fraction,
+                "tokenizer_sample_bytes": "all" if budget is None else budget}
+    key = cache.corpus_key(stream, settings)
 
     root = cache_root(cfg)
     cache.ensure_root(root)
@@ -112,7 +76,7 @@ def prepare(cfg: DataConfig, log: Callable = print) -> Corpus:
     entry = cache.entry_dir(root, key)
 
     def build(tmp: Path) -> dict:
-        return _build(tmp, train_docs, val_docs, cfg, log)
+        return build_entry(tmp, stream, cfg, log)
 
     with cache.build_lock(root, key):
         meta = cache.read_meta(entry, key)
@@ -129,22 +93,17 @@ def prepare(cfg: DataConfig, log: Callable = print) -> Corpus:
             corpus, hit = _open(entry, meta), False
 
     corpus.stats.update(
-        source=loaded.root,
-        files=len(loaded.docs),
-        files_train=len(train_docs),
-        files_val=len(val_docs),
-        bytes=sum(len(d.text.encode("utf-8")) for d in loaded.docs),
-        skipped_files=loaded.skipped,
-        empty_files=loaded.empty,
+        source=stream.root,
+        fingerprint=stream.fingerprint,
         cache_hit=hit,
         cache_dir=str(entry),
         prepare_seconds=round(time.perf_counter() - t_start, 3),
     )
     s = corpus.stats
     log(
-        f"data: {s['files']} documents ({s['files_train']} train / {s['files_val']} val), {s['bytes'] / 1e6:.1f} MB, "
-        f"{s['tokens_train']:,} + {s['tokens_val']:,} tokens, vocab {s['vocab_size']}"
-        f" ({'cache hit' if hit else 'built'}, {s['prepare_seconds']:.1f} s)"
+        f"data: {s['files']:,} documents ({s['files_train']:,} train / {s['files_val']:,} val), "
+        f"{s['bytes'] / 1e6:.1f} MB, {s['tokens_train']:,} + {s['tokens_val']:,} tokens, vocab {s['vocab_size']}, "
+        f"fingerprint {stream.fingerprint[:16]} ({'cache hit' if hit else 'built'}, {s['prepare_seconds']:.1f} s)"
     )
     return corpus
 
@@ -155,8 +114,8 @@ def _open(entry: Path, meta: dict) -> Corpus:
     dtype = np.dtype(meta["dtype"])
     train = np.memmap(entry / "train.bin", dtype=dtype, mode="r")
     val = np.memmap(entry / "val.bin", dtype=dtype, mode="r")
-    train_starts = np.load(entry / "train_doc_starts.npy")
-    val_starts = np.load(entry / "val_doc_starts.npy")
+    train_starts = np.load(entry / "train_doc_starts.npy", mmap_mode="r")
+    val_starts = np.load(entry / "val_doc_starts.npy", mmap_mode="r")
     for starts, arr in ((train_starts, train), (val_starts, val)):
         if starts.ndim != 1 or len(starts) == 0 or starts[0] != 0 or starts[-1] >= len(arr):
             raise ValueError("document offsets do not match the token array")

@@ -1,131 +1,45 @@
-"""Reading a corpus into documents, and the deterministic train/validation split.
+"""Reading a corpus: which loader a `data.source` means, small in-memory sources, the split.
 
-A document is one file (stdlib, folder, text file) or one JSON line. Documents are the
-unit of the split, so no file leaks half into training and half into validation.
+Big sources stream (files.py: stdlib, folders, the Python environment; hf.py: the
+`datasets` library); a single text file or JSON-lines file is read whole (for a JSON-lines
+file larger than memory, use `hf:FILE.jsonl`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from blocklab.data.config import DataConfig
+from blocklab.data.documents import DocStream, Document, SplitRule, decode_text, fingerprint_docs
+from blocklab.data.files import folder_stream, python_stream, stdlib_root, stdlib_stream
 from blocklab.errors import UserError
 
-# Folders of the standard library that hold its test suite (test, tests, idle_test, ...)
-# or third-party code: neither is "the standard library source" we want to model.
-STDLIB_EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
-
-
-@dataclass(frozen=True)
-class Document:
-    name: str  # relative path, or "line N" for JSON lines: the split hashes it
-    text: str
+__all__ = ["Document", "LoadedCorpus", "open_stream", "load_corpus", "split_documents", "stdlib_root"]
 
 
 @dataclass
 class LoadedCorpus:
-    kind: str  # "stdlib" | "folder" | "file" | "jsonl"
+    kind: str  # "stdlib" | "python" | "folder" | "file" | "jsonl" | "hf"
     root: str  # what the user pointed at, for messages
     docs: list[Document]
     skipped: int  # files that are not UTF-8 text
     empty: int  # empty files / lines with empty text: nothing to learn from
 
 
-def _decode_text(data: bytes) -> str | None:
-    """UTF-8 text, or None for binary / undecodable bytes. A NUL byte never occurs in
-    source code or prose but is common in binaries that happen to decode as UTF-8."""
-    if b"\x00" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def _read_files(root: Path, rel_paths: list[str], kind: str, source: str, log: Callable) -> LoadedCorpus:
-    docs, skipped, empty = [], 0, 0
-    for rel in rel_paths:
-        try:
-            data = (root / rel).read_bytes()
-        except OSError:
-            skipped += 1
-            continue
-        if not data:
-            empty += 1
-            continue
-        text = _decode_text(data)
-        if text is None:
-            skipped += 1
-            continue
-        docs.append(Document(rel, text))
-    if skipped:
-        # One line for all of them: a folder with a thousand images must not flood the log.
-        log(f"warning: skipped {skipped} file(s) in {source} that are not UTF-8 text "
-            "(binary, undecodable or unreadable)")
-    return LoadedCorpus(kind, source, docs, skipped, empty)
-
-
-def _walk(root: Path, keep_dir: Callable[[str], bool], keep_file: Callable[[str], bool]) -> list[str]:
-    """Relative POSIX paths under root, sorted so the corpus (and its hash) does not
-    depend on the file system's listing order."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if keep_dir(d)]
-        rel_dir = Path(dirpath).relative_to(root)
-        out.extend((rel_dir / f).as_posix() for f in filenames if keep_file(f))
-    return sorted(out)
-
-
-def stdlib_root() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def _load_stdlib(log: Callable) -> LoadedCorpus:
-    root = stdlib_root()
-    rel = _walk(root, lambda d: d not in STDLIB_EXCLUDED_DIRS, lambda f: f.endswith(".py"))
-    if not rel:
-        raise UserError(f"the standard library at {root} has no .py files (is this a stripped Python install?)")
-    return _read_files(root, rel, "stdlib", f"the standard library ({root})", log)
-
-
-def _load_folder(root: Path, pattern: str | None, log: Callable) -> LoadedCorpus:
-    if pattern is None:
-        # Hidden entries (.git, .venv, editor files) are version-control and tool state,
-        # not the user's text; __pycache__ holds bytecode.
-        rel = _walk(root, lambda d: not d.startswith(".") and d != "__pycache__", lambda f: not f.startswith("."))
-        if not rel:
-            raise UserError(f"data folder {root} has no files")
-    else:
-        try:
-            matches = root.glob(pattern)
-            rel = sorted(p.relative_to(root).as_posix() for p in matches if p.is_file())
-        except (ValueError, NotImplementedError) as e:
-            raise UserError(f"invalid glob {pattern!r} for data folder {root}: {e}") from None
-        if not rel:
-            raise UserError(f"glob {pattern!r} matches no files in data folder {root}")
-    corpus = _read_files(root, rel, "folder", str(root), log)
-    if not corpus.docs:
-        raise UserError(f"data folder {root} has no non-empty UTF-8 text files ({corpus.skipped} skipped)")
-    return corpus
-
-
 def _load_text_file(path: Path) -> LoadedCorpus:
     data = _read_bytes(path)
     if not data:
         raise UserError(f"data file {path} is empty")
-    text = _decode_text(data)
+    text = decode_text(data)
     if text is None:
         raise UserError(f"data file {path} is not UTF-8 text")
     return LoadedCorpus("file", str(path), [Document(path.name, text)], 0, 0)
 
 
-def _load_jsonl(path: Path) -> LoadedCorpus:
+def _load_jsonl(path: Path, field: str = "text") -> LoadedCorpus:
     data = _read_bytes(path)
     try:
         content = data.decode("utf-8")
@@ -140,16 +54,16 @@ def _load_jsonl(path: Path) -> LoadedCorpus:
             record = json.loads(line)
         except json.JSONDecodeError as e:
             raise UserError(f"{path} line {n}: invalid JSON ({e.msg})") from None
-        if not isinstance(record, dict) or "text" not in record:
-            raise UserError(f'{path} line {n}: no "text" field')
-        if not isinstance(record["text"], str):
-            raise UserError(f'{path} line {n}: "text" is not a string')
-        if record["text"]:
-            docs.append(Document(f"line {n}", record["text"]))
+        if not isinstance(record, dict) or field not in record:
+            raise UserError(f'{path} line {n}: no "{field}" field (set data.text_field)')
+        if not isinstance(record[field], str):
+            raise UserError(f'{path} line {n}: "{field}" is not a string')
+        if record[field]:
+            docs.append(Document(f"line {n}", record[field]))
         else:
             empty += 1
     if not docs:
-        raise UserError(f"{path} has no documents (no non-empty \"text\" lines)")
+        raise UserError(f'{path} has no documents (no non-empty "{field}" lines)')
     return LoadedCorpus("jsonl", str(path), docs, 0, empty)
 
 
@@ -160,34 +74,63 @@ def _read_bytes(path: Path) -> bytes:
         raise UserError(f"cannot read data file {path}: {e.strerror}") from None
 
 
-def load_corpus(cfg: DataConfig, log: Callable = print) -> LoadedCorpus:
-    """Read the configured source into documents; every bad input is a one-line UserError."""
+def _memory_stream(loaded: LoadedCorpus, val_fraction: float) -> DocStream:
+    train, val = split_documents(loaded.docs, val_fraction)
+    parts = {"train": train, "val": val, "all": loaded.docs}
+    info = {"files": len(loaded.docs), "bytes": sum(len(d.text.encode("utf-8")) for d in loaded.docs),
+            "skipped_files": loaded.skipped, "empty_files": loaded.empty}
+    return DocStream(loaded.kind, loaded.root, fingerprint_docs(loaded.docs), lambda part: iter(parts[part]),
+                     info=info, train_bytes=sum(len(d.text.encode("utf-8")) for d in train))
+
+
+def open_stream(cfg: DataConfig, log: Callable = print) -> DocStream:
+    """The configured source as a DocStream; every bad input is a one-line UserError."""
+    if cfg.glob is not None and (cfg.source in ("stdlib", "python") or cfg.source.startswith("hf:")):
+        raise UserError(f"data.glob applies to a folder source, not to {cfg.source!r}")
     if cfg.source == "stdlib":
-        if cfg.glob is not None:
-            raise UserError("data.glob applies to a folder source, not to 'stdlib'")
-        return _load_stdlib(log)
+        return stdlib_stream(cfg.val_fraction, log)
+    if cfg.source == "python":
+        return python_stream(cfg.val_fraction, log)
+    if cfg.source.startswith("hf:"):
+        from blocklab.data.hf import hf_stream  # imports `datasets`: seconds, only when needed
+
+        return _cut_if_single(hf_stream(cfg, log), cfg.val_fraction)
     path = Path(cfg.source).expanduser()
     if not path.exists():
         raise UserError(
-            f"data source {cfg.source!r} does not exist (expected 'stdlib', a text file, a folder or a .jsonl file)"
+            f"data source {cfg.source!r} does not exist (expected 'stdlib', 'python', 'hf:NAME_OR_PATH', "
+            "a text file, a folder or a .jsonl file)"
         )
     if path.is_dir():
-        return _load_folder(path, cfg.glob, log)
+        return _cut_if_single(folder_stream(path, cfg.glob, cfg.val_fraction, log), cfg.val_fraction)
     if cfg.glob is not None:
         raise UserError(f"data.glob applies to a folder source, but {cfg.source!r} is a file")
-    if path.suffix.lower() == ".jsonl":
-        return _load_jsonl(path)
-    return _load_text_file(path)
+    loaded = _load_jsonl(path, cfg.text_field) if path.suffix.lower() == ".jsonl" else _load_text_file(path)
+    return _memory_stream(loaded, cfg.val_fraction)
+
+
+def _cut_if_single(stream: DocStream, val_fraction: float) -> DocStream:
+    """One document cannot be split by name: cut it like a single text file."""
+    if stream.info.get("files") != 1:
+        return stream
+    info = stream.info
+    loaded = LoadedCorpus(stream.kind, stream.root, list(stream.docs("all")), info.get("skipped_files", 0),
+                          info.get("empty_files", 0))
+    cut = _memory_stream(loaded, val_fraction)
+    cut.info, cut.settings = {**info, **cut.info}, stream.settings
+    return cut
+
+
+def load_corpus(cfg: DataConfig, log: Callable = print) -> LoadedCorpus:
+    """Every document of the configured source, in memory, in corpus order (for tests and
+    small corpora; prepare() streams instead)."""
+    stream = open_stream(cfg, log)
+    docs = list(stream.docs("all"))
+    return LoadedCorpus(stream.kind, stream.root, docs, stream.info.get("skipped_files", 0),
+                        stream.info.get("empty_files", 0))
 
 
 # --- split ---------------------------------------------------------------------------
-
-def _unit_hash(name: str) -> float:
-    """A document's position in [0, 1), from its name only: adding or removing other
-    files never moves a document between train and validation."""
-    digest = hashlib.sha256(b"blocklab-split-v1\x00" + name.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
 
 def _cut_single(doc: Document, val_fraction: float) -> tuple[list[Document], list[Document]]:
     """A one-document corpus (a single text file) cannot be split by file: keep its
@@ -202,15 +145,9 @@ def _cut_single(doc: Document, val_fraction: float) -> tuple[list[Document], lis
 
 
 def split_documents(docs: list[Document], val_fraction: float) -> tuple[list[Document], list[Document]]:
-    """Deterministic split by document, with at least one document on each side."""
+    """Deterministic split by document (SplitRule), with at least one document on each side."""
     if len(docs) == 1:
         return _cut_single(docs[0], val_fraction)
-    h = [_unit_hash(d.name) for d in docs]
-    is_val = [x < val_fraction for x in h]
-    if not any(is_val):  # small corpora: the lowest-hash document goes to validation
-        is_val[min(range(len(docs)), key=h.__getitem__)] = True
-    if all(is_val):
-        is_val[max(range(len(docs)), key=h.__getitem__)] = False
-    train = [d for d, v in zip(docs, is_val) if not v]
-    val = [d for d, v in zip(docs, is_val) if v]
-    return train, val
+    rule = SplitRule(val_fraction, (d.name for d in docs))
+    is_val = [rule.is_val(d.name) for d in docs]
+    return [d for d, v in zip(docs, is_val) if not v], [d for d, v in zip(docs, is_val) if v]

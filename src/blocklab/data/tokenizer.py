@@ -1,4 +1,4 @@
-"""Byte-level BPE with the `tokenizers` library, and encoding documents to a token file.
+"""Byte-level BPE with the `tokenizers` library (training and encoding: build.py).
 
 Byte-level means every byte has a symbol, so any text encodes without an unknown token
 and decoding gives back the exact bytes (the GPT-2 / CodeParrot scheme).
@@ -14,12 +14,8 @@ import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from blocklab.data.config import SPECIAL_TOKENS
-from blocklab.data.sources import Document
 
 PAD, MASK, EOD = SPECIAL_TOKENS
-# Documents encoded per encode_batch call: enough to keep both Rust threads busy, few
-# enough that the Encoding objects (ids, offsets, token strings) stay a few MB.
-ENCODE_CHUNK_DOCS = 64
 
 
 def tokenizer_settings(vocab_size: int) -> dict:
@@ -53,7 +49,8 @@ def new_tokenizer() -> Tokenizer:
     return tok
 
 
-def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    """BPE trained on `texts`, consumed as a stream (the trainer keeps word counts only)."""
     tok = new_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -63,7 +60,7 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(texts, trainer, length=len(texts))
+    tok.train_from_iterator(texts, trainer)
     return _configure(tok)
 
 
@@ -82,35 +79,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 65535 else np.uint32)
 
 
-def _chunks(docs: list[Document], size: int) -> Iterable[list[str]]:
-    for i in range(0, len(docs), size):
-        yield [d.text for d in docs[i : i + size]]
-
-
 def unigram_entropy(counts: np.ndarray) -> float:
     """Entropy (nats) of the token frequencies: the loss of a model that learned only
     how often each token occurs, and nothing about context."""
     counts = np.asarray(counts, dtype=np.float64)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
-
-
-def encode_to_file(tok: Tokenizer, docs: list[Document], path: Path, dtype: np.dtype,
-                   counts: np.ndarray | None = None) -> np.ndarray:
-    """Write the documents' ids, each followed by <eod>, as raw `dtype` to `path`;
-    add each id's occurrences to `counts` if given. Returns the int64 offset of each
-    document's first token."""
-    eod = tok.token_to_id(EOD)
-    # encode_batch_fast skips offset tracking, which we never use; fall back on old releases.
-    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
-    starts, pos = [], 0
-    with open(path, "wb") as f:
-        for texts in _chunks(docs, ENCODE_CHUNK_DOCS):
-            for enc in encode(texts, add_special_tokens=False):
-                ids = np.asarray(enc.ids + [eod], dtype=dtype)
-                if counts is not None:
-                    counts += np.bincount(ids, minlength=len(counts))
-                starts.append(pos)
-                pos += len(ids)
-                f.write(ids.tobytes())
-    return np.asarray(starts, dtype=np.int64)
