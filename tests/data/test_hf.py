@@ -127,3 +127,32 @@ def test_bad_hf_input_is_one_line_user_error(local_sets, case):
     msg = str(info.value)
     assert expect in msg and "\n" not in msg, msg
     assert not cache.exists() or not [p for p in cache.iterdir() if p.name.startswith(("corpus-", ".tmp-"))]
+
+
+def test_hub_name_reads_the_revision_the_hub_reports_and_streams(tmp_path, rows, monkeypatch):
+    """The hub path with the network replaced: the hub's commit keys the cache and is the
+    revision `datasets` loads; a streamed set (unknown length) splits by the plain rule."""
+    import huggingface_hub
+
+    revision = {"sha": "c0ffee"}
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info",
+                        lambda self, name, **k: type("Info", (), {"sha": revision["sha"]})())
+    texts = [t for t in rows["content"] if t] * 3
+    local = datasets.Dataset.from_dict({"content": texts})
+    calls = []
+
+    def fake_load(path, name=None, split=None, streaming=False, revision=None, **kw):
+        calls.append((path, name, split, streaming, revision))
+        return local.to_iterable_dataset()
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    cfg = DataConfig(source="hf:some-org/code", hf_config="python", split="train", streaming=True,
+                     text_field="content", val_fraction=0.2, vocab_size=300, cache_dir=str(tmp_path / "cache"))
+    c = prepare(cfg, **QUIET)
+    assert calls == [("some-org/code", "python", "train", True, "c0ffee")]
+    assert c.stats["files_train"] + c.stats["files_val"] == len(texts) and c.stats["files_val"] >= 1
+    assert prepare(cfg, **QUIET).stats["cache_hit"] is True and len(calls) == 1  # a hit loads nothing
+    revision["sha"] = "beef00"  # a new commit on the hub: a new entry
+    assert prepare(cfg, **QUIET).stats["cache_hit"] is False and calls[-1][-1] == "beef00"
+    with pytest.raises(UserError, match="no field 'body'"):
+        prepare(DataConfig(**{**cfg.__dict__, "text_field": "body"}), **QUIET)

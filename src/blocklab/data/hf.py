@@ -34,6 +34,7 @@ BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "c
 # certain to be populated anyway).
 SPLIT_SCAN_MAX_ROWS = 1_000_000
 READ_BATCH_ROWS = 1000
+HUB_TIMEOUT_S = 30
 
 
 def _short(e: BaseException) -> str:
@@ -110,7 +111,7 @@ def _hub_loader(name: str, cfg: DataConfig):
     from huggingface_hub import HfApi
 
     try:
-        revision = HfApi().dataset_info(name).sha
+        revision = HfApi().dataset_info(name, timeout=HUB_TIMEOUT_S).sha
     except Exception as e:  # no network, offline mode, unknown or gated name: all mean "cannot read it"
         raise UserError(f"data source hf:{name}: cannot reach this dataset on the Hugging Face hub "
                         f"({_short(e)})") from None
