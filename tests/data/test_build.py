@@ -87,3 +87,13 @@ def test_tiny_folders_still_split(tmp_path, n):
         (tmp_path / "c" / f"f{i}.py").write_text("".join(f"x{i}_{j} = {j}\n" for j in range(40)))
     c = prepare(DataConfig(source=str(tmp_path / "c"), vocab_size=300, cache_dir=str(tmp_path / "k")), **QUIET)
     assert c.stats["files_train"] >= 1 and c.stats["files_val"] >= 1 and len(c.val) > 1
+
+
+def test_sample_of_a_few_huge_documents_is_never_empty(tmp_path):
+    from blocklab.data.documents import DocStream, Document
+
+    docs = [Document(f"big{i}", "x = 1\n" * 2000) for i in range(3)]
+    stream = DocStream("test", "three big documents", "0" * 64, lambda part: iter(docs), train_bytes=36_000)
+    seen = {}
+    sample = list(tokenizer_sample(stream, 10, seen))  # rate 10 / 36,000: almost surely none drawn
+    assert sample == [docs[0].text] and seen["bytes"] == 12_000

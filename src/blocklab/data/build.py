@@ -51,6 +51,12 @@ def tokenizer_sample(stream: DocStream, budget: int | None, seen: dict) -> Itera
         seen["bytes"] += len(doc.text.encode("utf-8"))
         if budget is not None and seen["bytes"] >= budget:
             return
+    if seen["bytes"] == 0 and rate < 1.0:  # a few huge documents, none drawn: take the first
+        for doc in stream.docs("train"):
+            yield doc.text
+            seen["bytes"] += len(doc.text.encode("utf-8"))
+            if seen["bytes"] >= budget:
+                return
 
 
 def _batches(docs: Iterable[Document], counter: dict) -> Iterator[list[str]]:
