@@ -42,3 +42,29 @@ def test_optimizers_leave_gains_out_of_weight_decay(name, cls):
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+
+
+def test_inv_sqrt_with_warmup_is_fairseqs_inverse_sqrt():
+    f = factors(steps=200, warmup_steps=20, schedule="inv_sqrt")
+    assert f[:20] == [pytest.approx((t + 1) / 20) for t in range(20)]  # linear warm-up to lr_max
+    assert f[19] == 1.0 and all(f[t - 1] == pytest.approx(math.sqrt(20 / t)) for t in range(20, 201))
+
+
+def test_inv_sqrt_without_warmup_starts_at_lr_max_and_decays_like_the_warmup_runs():
+    """Xiong et al.'s "no warm-up": the rate starts at lr_max (not at lr_max / sqrt(t), which would
+    starve every block alike); it is held until the decay time scale, then follows the warm-up runs."""
+    cold = factors(steps=200, warmup_steps=0, schedule="inv_sqrt", inv_sqrt_scale=50)
+    short = factors(steps=200, warmup_steps=10, schedule="inv_sqrt", inv_sqrt_scale=50)
+    long = factors(steps=200, warmup_steps=50, schedule="inv_sqrt", inv_sqrt_scale=50)
+    assert cold[:50] == [1.0] * 50 and short[10:50] == [1.0] * 40
+    assert cold[50:] == short[50:] == long[50:]  # one decay for every warm-up: they differ in warm-up only
+    assert cold[99] == pytest.approx(math.sqrt(50 / 100)) and cold[-1] == pytest.approx(0.5)
+    # Without a scale, no warm-up holds lr_max for 5% of the steps (the default warm-up length).
+    default = factors(steps=200, warmup_steps=0, schedule="inv_sqrt")
+    assert default[:10] == [1.0] * 10 and default[39] == pytest.approx(math.sqrt(10 / 40))
+
+
+def test_inv_sqrt_scale_is_validated():
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="inv_sqrt_scale"):
+            TrainConfig(inv_sqrt_scale=bad)

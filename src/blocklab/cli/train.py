@@ -40,4 +40,4 @@ def run(args) -> int:
                     progress=False if args.no_progress else None)
     if summary.get("world_size", 1) == 1 or __import__("os").environ.get("RANK", "0") == "0":
         print(json.dumps({k: summary[k] for k in ("status", "step", "final_loss", "final_eval_loss", "tokens_per_s")}))
-    return {"completed": 0, "interrupted": 130, "diverged": 3}[summary["status"]]
+    return {"completed": 0, "interrupted": 130, "diverged": 3, "stalled": 4}[summary["status"]]

@@ -8,9 +8,11 @@ from blocklab.errors import UserError
 from blocklab.experiments.sweep import Sweep, run_status
 from blocklab.atomic import write_atomic
 
+FINISHED = ("completed", "diverged", "stalled")  # kept as they are when the sweep is run again
+
 
 def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=print) -> dict:
-    """Train every run not yet finished (completed or diverged runs are kept; partial ones resume).
+    """Train every run not yet finished (completed, diverged or stalled runs are kept; partial ones resume).
 
     Returns {"status": "completed" | "interrupted", "runs": {name: summary}}.
     """
@@ -31,7 +33,7 @@ def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=p
         run_dir = out / "runs" / run.name
         status = run_status(run_dir)
         head = f"[{i}/{len(sweep.runs)}] {run.label}"
-        if status in ("completed", "diverged"):
+        if status in FINISHED:
             log(f"{head}: {status} earlier, kept")
             results[run.name] = json.loads((run_dir / "summary.json").read_text())
             continue

@@ -44,6 +44,13 @@ class TrainConfig:
     compile: bool = False
     device: str = "auto"          # auto | cpu | cuda
     divergence_factor: float = 1.5  # diverged when loss > factor * first loss (or non-finite)
+    # Stalled: after warm-up, the loss stays within stall_margin nats of the training split's unigram
+    # entropy for stall_patience steps (training/stall.py); stall_patience 0 turns detection off.
+    stall_margin: float = 0.1
+    stall_patience: int = 100
+    # inv_sqrt only: the rate is lr * min(1, sqrt(inv_sqrt_scale / t)) after warm-up, so runs with
+    # different warm-ups (none included) share one decay; None: warmup_steps, or 5% of steps without warm-up.
+    inv_sqrt_scale: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "log_every", "eval_every", "eval_batches", "checkpoint_every"):
@@ -67,6 +74,12 @@ class TrainConfig:
                 raise ValueError(f"train.{name}={getattr(self, name)!r} is not valid; it must be in [0, 1)")
         if _num(self.divergence_factor) <= 1:
             raise ValueError(f"train.divergence_factor={self.divergence_factor!r} is not valid; it must be > 1")
+        if not _num(self.stall_margin) > 0:
+            raise ValueError(f"train.stall_margin={self.stall_margin!r} is not valid; it must be > 0")
+        for name, value in (("stall_patience", self.stall_patience), ("inv_sqrt_scale", self.inv_sqrt_scale)):
+            if (value is not None or name == "stall_patience") and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"train.{name}={value!r} is not valid; it must be an integer >= 0")
 
 
 def _num(x) -> float:

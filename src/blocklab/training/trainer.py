@@ -21,6 +21,7 @@ from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restor
 from blocklab.training.config import RunConfig, load_config, to_toml
 from blocklab.training.logger import MetricsLogger
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
+from blocklab.training.stall import stall_detector
 
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json", "checkpoints", "tb")
 # Fields that may change when resuming: how long to train and how often to log, not what to train.
@@ -179,6 +180,7 @@ class Trainer:
         stop = _SignalFlag()
         tokens_per_step = t.batch_size * self.cfg.data.seq_len
         window, step, status, extra = [], start, "completed", {}
+        stall = stall_detector(t, self.corpus, self.state)
         wall0 = time.perf_counter() - self.state["wall_seconds"]
         self.model.train()
         try:
@@ -218,13 +220,20 @@ class Trainer:
                         self.log(f"interrupted at step {done}; checkpoint saved, resume with --resume")
                         step = done
                         break
+                    if stall.update(done, loss):
+                        status, extra = "stalled", stall.summary(done)
+                        self.save(done)
+                        self.log(f"stalled at step {done}: the loss has stayed within {t.stall_margin:g} of the "
+                                 f"unigram entropy {stall.entropy:.4g} for {t.stall_patience} steps; checkpoint kept")
+                        step = done
+                        break
                     if done % t.checkpoint_every == 0 or done == t.steps:
                         self.save(done)
                     step = done
         finally:
             logger.close()
         self.state["wall_seconds"] = time.perf_counter() - wall0
-        return self.summary(status, step, extra)
+        return self.summary(status, step, {**stall.summary(), **extra})
 
 
 class _SignalFlag:

@@ -1,0 +1,61 @@
+"""Stalled runs: a training loss that sits at the training split's unigram entropy.
+
+A model that has learned only token frequencies predicts the unigram distribution, whose
+cross-entropy on the training split is its unigram entropy H (nats, stored with the prepared
+data). Post-LN at a high learning rate without warm-up ends exactly there (Xiong et al.), and
+so does SAS-P at He & Hofmann's width with too short a warm-up: the loss stops falling and
+the run says `completed`. The detector ends such a run early with `status: stalled`.
+
+Rule: after warm-up, keep the last `stall_patience` per-step training losses; the run is
+stalled when the mean of each half of that window is within `stall_margin` of H. Averaging
+over halves absorbs the per-batch noise (about +-0.15 nats at batch 16 x 128 tokens), and
+asking both halves to sit at H keeps a healthy run that merely passes through H on its way
+down from being called stalled: it would have to descend by less than `2 * margin` over the
+whole window. The window lives in the trainer's state, so a resumed run decides as the
+uninterrupted one would.
+"""
+from __future__ import annotations
+
+import math
+
+
+class StallDetector:
+    def __init__(self, entropy: float | None, warmup_steps: int, margin: float, patience: int,
+                 window: list[float] | None = None):
+        self.entropy = entropy if entropy is not None and math.isfinite(entropy) else None
+        self.warmup_steps, self.margin, self.patience = warmup_steps, margin, patience
+        self.window = [] if window is None else window  # shared with the trainer's checkpointed state
+
+    @property
+    def enabled(self) -> bool:
+        return self.patience > 0 and self.entropy is not None
+
+    def update(self, step: int, loss: float) -> bool:
+        """Record the loss of update number `step` (1-based); True when the run has stalled."""
+        if not self.enabled or step <= self.warmup_steps:
+            return False
+        self.window.append(float(loss))
+        del self.window[:-self.patience]
+        if len(self.window) < self.patience:
+            return False
+        half = self.patience // 2
+        halves = (self.window[:half] or self.window, self.window[half:])
+        return all(abs(sum(h) / len(h) - self.entropy) <= self.margin for h in halves)
+
+    def summary(self, stalled_step: int | None = None) -> dict:
+        """Fields for summary.json: the reference line of the report's loss plots, and the stall."""
+        out = {"unigram_entropy": self.entropy}
+        if stalled_step is not None:
+            out.update(stalled_step=stalled_step, stall_margin=self.margin, stall_patience=self.patience)
+        return out
+
+
+def stall_detector(train_cfg, corpus, state: dict) -> StallDetector:
+    """The detector of a run: H from the prepared corpus (None where the data layer gives none, e.g. a
+    corpus type without it: detection is then off), its window kept in `state` for exact resume."""
+    try:
+        entropy = corpus.unigram_entropy
+    except (AttributeError, KeyError):
+        entropy = None
+    return StallDetector(entropy, train_cfg.warmup_steps, train_cfg.stall_margin, train_cfg.stall_patience,
+                         state.setdefault("stall_window", []))

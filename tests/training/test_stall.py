@@ -1,0 +1,79 @@
+"""Stalled runs: a loss that stays at the unigram entropy ends the run; a healthy run passes through it."""
+import json
+import random
+
+import pytest
+
+from blocklab.cli import main
+from blocklab.training import load_config, train
+from blocklab.training.checkpoint import load_checkpoint
+from blocklab.training.config import TrainConfig
+from blocklab.training.stall import StallDetector
+from tests.helpers import as_args
+
+WORDS = ["alpha", "beta", "gamma", "delta", "omega", "lambda", "sigma", "theta", "kappa", "zeta",
+         "eta", "iota", "rho", "tau", "phi", "chi", "psi", "mu", "nu", "xi"]
+ZIPF = [1 / (i + 1) for i in range(len(WORDS))]
+
+
+def word_corpus(folder, cyclic: bool):
+    """Words drawn with Zipf frequencies: i.i.d. (nothing to learn beyond the frequencies, so the best
+    possible loss is the unigram entropy) or one fixed sequence repeated (predictable, far below it)."""
+    rng = random.Random(0)
+    folder.mkdir()
+    cycle = " ".join(rng.choices(WORDS, ZIPF, k=16))
+    for k in range(4):
+        lines = (cycle if cyclic else " ".join(rng.choices(WORDS, ZIPF, k=16)) for _ in range(400))
+        (folder / f"doc{k}.txt").write_text("\n".join(lines))
+    return folder
+
+
+def tiny(source, steps=40):
+    return {"data": {"source": str(source), "vocab_size": 512, "seq_len": 32},
+            "model": {"block": "pre-ln", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+            "train": {"steps": steps, "batch_size": 4, "lr": 1e-2, "warmup_steps": 5, "log_every": 1,
+                      "eval_every": 1000, "eval_batches": 2, "checkpoint_every": 1000,
+                      "stall_patience": 20, "stall_margin": 0.1}}
+
+
+def test_detector_on_constructed_loss_curves():
+    h = 6.5
+    noise = [0.12, -0.1, 0.05, -0.14, 0.08, 0.0, -0.05, 0.13, -0.09, 0.02]  # per-batch scatter around H
+    d = StallDetector(h, warmup_steps=10, margin=0.1, patience=20)
+    flags = [d.update(step, h + noise[step % 10]) for step in range(1, 61)]
+    assert flags.index(True) + 1 == 30  # steps 11-30 fill the window: warm-up steps never count
+    healthy = StallDetector(h, warmup_steps=10, margin=0.1, patience=20)
+    # Passing through H on the way down (0.02 nats a step) is not a stall, nor is a plateau above H.
+    assert not any(healthy.update(s, h + 0.6 - 0.02 * s + noise[s % 10]) for s in range(1, 200))
+    high = StallDetector(h, warmup_steps=0, margin=0.1, patience=20)
+    assert not any(high.update(s, h + 0.5 + noise[s % 10]) for s in range(1, 200))
+    for off in (StallDetector(h, 0, 0.1, patience=0), StallDetector(None, 0, 0.1, patience=20)):
+        assert not off.enabled and not any(off.update(s, h) for s in range(1, 100))
+    assert StallDetector(h, 0, 0.1, 20).summary(30) == {"unigram_entropy": h, "stalled_step": 30,
+                                                        "stall_margin": 0.1, "stall_patience": 20}
+
+
+def test_stall_settings_are_validated():
+    assert TrainConfig().stall_patience > 0  # on by default
+    for bad in (dict(stall_patience=-1), dict(stall_patience=None), dict(stall_margin=0.0), dict(stall_margin=-1)):
+        with pytest.raises(ValueError, match="stall_"):
+            TrainConfig(**bad)
+
+
+def test_run_on_iid_words_stalls_keeps_its_checkpoint_and_exits_with_its_code(tmp_path, capsys):
+    run = tmp_path / "r"
+    over = tiny(word_corpus(tmp_path / "iid", cyclic=False))
+    rc = main(["train", "--out", str(run), "--no-progress"] + as_args(over))
+    assert rc == 4
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "stalled" and s["step"] == s["stalled_step"] < 40
+    assert s["stalled_step"] >= 5 + 20  # warm-up, then a full window
+    assert abs(s["final_loss"] - s["unigram_entropy"]) < 0.5
+    assert load_checkpoint(run / "checkpoints")["step"] == s["stalled_step"]
+    assert "stalled at step" in capsys.readouterr().out
+
+
+def test_healthy_run_passes_through_the_unigram_entropy(tmp_path):
+    s = train(load_config(None, tiny(word_corpus(tmp_path / "cyc", cyclic=True))), tmp_path / "r", progress=False)
+    assert s["status"] == "completed" and "stalled_step" not in s
+    assert s["final_loss"] < s["unigram_entropy"] - 0.5 < s["initial_loss"]
