@@ -24,17 +24,59 @@ def test_every_preset_builds_valid_configs(name):
 
 
 def test_presets_match_their_papers():
-    quick = {r.config.model.block for r in load_sweep("quick").runs}
-    assert quick == {"pre-ln", "post-ln", "sas", "sas-p", "sas-p-nonorm"}
+    quick = load_sweep("quick")
+    assert quick.seeds == [0, 1] and len(quick.runs) == 14
+    he = [r.config for r in quick.runs if not r.name.startswith("xiong")]
+    assert {c.model.block for c in he} == {"pre-ln", "sas", "sas-p"} and all(c.model.init == "normal" for c in he)
+    xq = [r.config for r in quick.runs if r.name.startswith("xiong")]
+    assert {(c.model.block, c.train.warmup_steps) for c in xq} == {(b, w) for b in ("post-ln", "pre-ln") for w in (0, 60)}
+    assert all((c.model.init, c.model.norm, c.train.optimizer, c.train.schedule, c.train.inv_sqrt_scale)
+               == ("xavier", "layernorm", "adam", "inv_sqrt", 60) for c in xq)
     xiong = load_sweep("xiong-warmup").runs
     assert {(r.config.train.lr, r.config.train.warmup_steps) for r in xiong} == {
-        (lr, w) for lr in (5e-4, 1e-3) for w in (0, 25, 200)}
-    assert all(r.config.train.optimizer == "adam" and r.config.train.schedule == "inv_sqrt" for r in xiong)
+        (lr, w) for lr in (5e-4, 1e-3) for w in (0, 12, 100)}
+    assert all(r.config.train.optimizer == "adam" and r.config.train.schedule == "inv_sqrt"
+               and r.config.train.inv_sqrt_scale == 100 for r in xiong)
     he = load_sweep("he-codeparrot").runs[0].config
     assert (he.model.n_layers, he.model.d_model, he.model.n_heads, he.model.d_ff, he.data.seq_len,
             he.train.batch_size, he.train.lr, he.train.weight_decay, he.train.warmup_steps) == (
         18, 768, 12, 3072, 128, 128, 1e-3, 0.1, 2000)
     assert {r.config.model.n_layers for r in load_sweep("depth").runs} == {6, 12, 24}
+    for name in ("warmup", "warmup-gpu"):
+        runs = load_sweep(name).runs
+        cells = {(r.config.model.block, r.config.train.warmup_steps, r.config.train.lr) for r in runs}
+        assert len(runs) == len(cells) == 6 * 3 * 2
+        assert {b for b, _, _ in cells} == {"post-ln", "pre-ln", "parallel", "sas", "sas-p", "sas-p-nonorm"}
+        assert 0 in {w for _, w, _ in cells} and len({lr for _, _, lr in cells}) == 2
+
+
+def test_seeds_repeat_every_run_and_group_them():
+    s = build_sweep({"name": "t", "seeds": [0, 3], "grid": {"model.block": ["pre-ln", "sas-p"]},
+                     "runs": [{"name": "post", "label": "Post-LN", "model.block": "post-ln"}], "target_run": "pre-ln"})
+    assert [r.name for r in s.runs] == ["pre-ln_s0", "pre-ln_s3", "sas-p_s0", "sas-p_s3", "post_s0", "post_s3"]
+    assert [r.config.train.seed for r in s.runs] == [0, 3] * 3
+    assert [r.group for r in s.runs] == ["pre-ln", "pre-ln", "sas-p", "sas-p", "post", "post"]
+    assert s.runs[5].label == "Post-LN, seed 3" and s.runs[5].group_label == "Post-LN" and s.runs[5].seed == 3
+    saved = s.to_json()
+    assert saved["seeds"] == [0, 3] and saved["runs"][1]["group"] == "pre-ln" and saved["runs"][1]["seed"] == 3
+    for bad in ([], [0, 0], [-1], "0,1", [1.5]):
+        with pytest.raises(UserError, match="seeds"):
+            build_sweep({"seeds": bad, "runs": [{"name": "a"}]})
+    with pytest.raises(UserError, match="train.seed"):
+        build_sweep({"seeds": [0, 1], "runs": [{"name": "a", "train.seed": 4}]})
+
+
+def test_a_stalled_run_is_recorded_and_the_sweep_goes_on(tmp_path, overrides):
+    from tests.training.test_stall import tiny, word_corpus
+
+    iid = tiny(word_corpus(tmp_path / "iid", cyclic=False))
+    spec = {"name": "t", "base": iid, "runs": [{"name": "stuck"}, {"name": "next", "train.steps": 10}]}
+    seen = []
+    result = run_sweep(build_sweep(spec), tmp_path / "sw", progress=False, log=seen.append)
+    assert result["status"] == "completed"
+    assert result["runs"]["stuck"]["status"] == "stalled" and result["runs"]["next"]["status"] == "completed"
+    again = run_sweep(build_sweep(spec), tmp_path / "sw", progress=False, log=seen.append)
+    assert any("stalled earlier, kept" in s for s in seen) and again["runs"]["stuck"]["status"] == "stalled"
 
 
 def test_bad_sweeps_are_one_line_errors(tmp_path):

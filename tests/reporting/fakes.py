@@ -29,13 +29,13 @@ def gains_for(block: str, step: int) -> dict:
 def write_run(path: Path, block: str, slope: float, *, last_step: int, steps: int = 200, log_every: int = 10,
               eval_every: int = 50, status: str | None = "completed", lr: float = 1e-3, speed: float = 1000.0,
               n_params: int = 12_345, diverged_step: int | None = None, partial_line: bool = False,
-              extra_eval_steps=()) -> Path:
+              extra_eval_steps=(), warmup: int = 10, seed: int = 0, unigram_entropy: float | None = None) -> Path:
     """A run whose logged training loss at step s is 6 - slope * s (steps log_every..last_step);
     eval loss 6.1 - slope * s every eval_every steps; summary.json unless status is None."""
     path.mkdir(parents=True, exist_ok=True)
     cfg = load_config(None, {"model": dict(TINY_MODEL, block=block), "data": {"seq_len": 32, "vocab_size": 512},
                              "train": {"steps": steps, "lr": lr, "log_every": log_every, "eval_every": eval_every,
-                                       "warmup_steps": 10}})
+                                       "warmup_steps": warmup, "seed": seed}})
     (path / "config.toml").write_text(to_toml(cfg))
     rows, evals = [], []
     eval_steps = sorted(set(range(eval_every, last_step + 1, eval_every)) | set(extra_eval_steps))
@@ -61,6 +61,10 @@ def write_run(path: Path, block: str, slope: float, *, last_step: int, steps: in
                    "world_size": 1, "device": "cpu", "precision": "fp32"}
         if diverged_step is not None:
             summary.update(diverged_step=diverged_step, diverged_loss=float("nan"))
+        if unigram_entropy is not None:
+            summary["unigram_entropy"] = unigram_entropy
+        if status == "stalled":
+            summary["stalled_step"] = last_step
         (path / "summary.json").write_text(json.dumps(summary, indent=2))
     return path
 

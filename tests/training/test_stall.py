@@ -45,6 +45,11 @@ def test_detector_on_constructed_loss_curves():
     healthy = StallDetector(h, warmup_steps=10, margin=0.1, patience=20)
     # Passing through H on the way down (0.02 nats a step) is not a stall, nor is a plateau above H.
     assert not any(healthy.update(s, h + 0.6 - 0.02 * s + noise[s % 10]) for s in range(1, 200))
+    # Leaving the plateau slowly (0.006 nats a step, inside the margin for whole windows) is not a stall,
+    # nor, until it stops falling, is the same descent with a plateau at H afterwards.
+    slow = StallDetector(h, warmup_steps=0, margin=0.1, patience=20)
+    assert not any(slow.update(s, h + 0.09 - 0.006 * s) for s in range(1, 31))
+    assert [slow.update(s, h - 0.09) for s in range(31, 41)].index(True) + 31 > 31
     high = StallDetector(h, warmup_steps=0, margin=0.1, patience=20)
     assert not any(high.update(s, h + 0.5 + noise[s % 10]) for s in range(1, 200))
     for off in (StallDetector(h, 0, 0.1, patience=0), StallDetector(None, 0, 0.1, patience=20)):

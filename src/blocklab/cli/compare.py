@@ -11,6 +11,7 @@ SWEEP.toml:
   d_model = 128
   [base.train]
   steps = 300
+  seeds = [0, 1]        # optional: every run once per seed; the report shows mean ± sd
   [grid]                # every combination is one run
   "model.block" = ["pre-ln", "sas-p"]
   "train.lr" = [1e-3, 3e-3]
@@ -33,7 +34,7 @@ def add_parser(sub) -> None:
         "compare", help="train several configurations side by side and write a report",
         description="Run a sweep (a preset or a SWEEP.toml): every run is an ordinary training run in "
                     "DIR/runs/NAME, so an interrupted sweep continues where it stopped when the same command "
-                    "is run again; a diverged run is recorded and the sweep goes on. Then the init probes "
+                    "is run again; a diverged or stalled run is recorded and the sweep goes on. Then the init probes "
                     "(if the sweep has them) and `blocklab report DIR`. Dotted overrides "
                     "(--train.steps 50) apply to every run.",
         epilog=f"presets:\n{presets}\n\n{SWEEP_FORMAT}", formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -21,6 +21,13 @@ class RunSpec:
     label: str
     overrides: dict  # {"model": {...}, "train": {...}} on top of the sweep's base
     config: RunConfig | None = None
+    group: str = ""        # runs that differ only in their seed share a group (the report averages them)
+    group_label: str = ""
+    seed: int | None = None
+
+    def __post_init__(self):
+        self.group = self.group or self.name
+        self.group_label = self.group_label or self.label
 
 
 @dataclass
@@ -31,13 +38,15 @@ class Sweep:
     runs: list[RunSpec] = field(default_factory=list)
     probes: dict | None = None  # arguments of `blocklab probe` (key -> value), run once per sweep
     expected_cost: str = ""
-    target_run: str | None = None  # the report's steps-to-target uses this run's final loss
+    target_run: str | None = None  # the report's steps-to-target uses this run's final loss (a group name)
+    seeds: list[int] | None = None  # every run repeated once per seed (train.seed), averaged in the report
 
     def to_json(self) -> dict:
         return {"name": self.name, "description": self.description, "expected_cost": self.expected_cost,
-                "target_run": self.target_run,
+                "target_run": self.target_run, "seeds": self.seeds,
                 "base": self.base, "probes": self.probes,
-                "runs": [{"name": r.name, "label": r.label, "overrides": r.overrides} for r in self.runs]}
+                "runs": [{"name": r.name, "label": r.label, "overrides": r.overrides, "group": r.group,
+                          "group_label": r.group_label, "seed": r.seed} for r in self.runs]}
 
 
 def _nest(flat: dict) -> dict:
@@ -68,7 +77,7 @@ def _slug(text: str) -> str:
 
 def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
     """A sweep from its dict form (a preset, or a parsed SWEEP.toml); `extra` overrides every run."""
-    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost", "target_run"}
+    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost", "target_run", "seeds"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
@@ -90,6 +99,9 @@ def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
         runs.append(RunSpec(_slug(extra_run.pop("name", None) or label), label, _nest(extra_run)))
     if not runs:
         raise UserError("the sweep defines no runs: give a [grid] and/or [[runs]]")
+    seeds = spec.get("seeds")
+    if seeds is not None:
+        runs = _with_seeds(runs, seeds)
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise UserError(f"two runs share the name {next(n for n in names if names.count(n) > 1)!r}; name them")
@@ -99,10 +111,27 @@ def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
         except UserError as e:
             raise UserError(f"run {r.label!r}: {e}") from None
     target_run = spec.get("target_run")
-    if target_run is not None and target_run not in names:
-        raise UserError(f"target_run {target_run!r} is not a run of the sweep; runs: {', '.join(names)}")
+    groups = list(dict.fromkeys(r.group for r in runs))
+    if target_run is not None and target_run not in groups:
+        raise UserError(f"target_run {target_run!r} is not a run of the sweep; runs: {', '.join(groups)}")
     return Sweep(spec.get("name", "sweep"), spec.get("description", ""), base, runs, spec.get("probes"),
-                 spec.get("expected_cost", ""), target_run)
+                 spec.get("expected_cost", ""), target_run, seeds)
+
+
+def _with_seeds(runs: list[RunSpec], seeds) -> list[RunSpec]:
+    """Each run once per seed, seeds innermost: NAME_s0, NAME_s1, ... in the group NAME."""
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+        raise UserError(f"seeds = {seeds!r} is not valid; give a list of distinct integers >= 0, e.g. [0, 1]")
+    out = []
+    for r in runs:
+        if "seed" in r.overrides.get("train", {}):
+            raise UserError(f"run {r.label!r} sets train.seed; with `seeds` the sweep sets it")
+        for seed in seeds:
+            over = _merge(r.overrides, {"train": {"seed": seed}})
+            out.append(RunSpec(f"{r.name}_s{seed}", f"{r.label}, seed {seed}", over, group=r.name,
+                               group_label=r.label, seed=seed))
+    return out
 
 
 def load_sweep(preset_or_path: str, extra: dict | None = None) -> Sweep:

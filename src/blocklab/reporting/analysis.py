@@ -62,14 +62,16 @@ def choose_target(runs: list[Run], target_loss: float | None = None, reference: 
     if target_loss is not None:
         return Target(float(target_loss), "given",
                       f"Target loss {target_loss:.4g} (given with --target-loss).")
-    ref = next((r for r in runs if reference is not None and reference in (r.name, r.label)), None)
-    if ref is not None and ref.status == "completed":
-        value = final_smoothed_loss(ref)
-        if value is not None and math.isfinite(value):
-            return Target(value, "reference",
-                          f"Target loss {value:.4g}: the final smoothed training loss of the reference run "
-                          f"{ref.label}; steps to target is how long each run takes to match it "
-                          f"(pass --target-loss to choose another).")
+    refs = [r for r in runs if reference is not None and reference in (r.name, r.label, r.group)]
+    finals = [final_smoothed_loss(r) for r in refs if r.status == "completed"]
+    finals = [v for v in finals if v is not None and math.isfinite(v)]
+    if refs and len(finals) == len(refs):  # the mean over the reference's seeds
+        value = sum(finals) / len(finals)
+        seeds = f" (mean of {len(finals)} seeds)" if len(finals) > 1 else ""
+        return Target(value, "reference",
+                      f"Target loss {value:.4g}: the final smoothed training loss of the reference run "
+                      f"{refs[0].group_label}{seeds}; steps to target is how long each run takes to match it "
+                      f"(pass --target-loss to choose another).")
     finals = [(final_smoothed_loss(r), r.label) for r in runs if r.status == "completed"]
     finals = [(v, label) for v, label in finals if v is not None and math.isfinite(v)]
     if not finals:
@@ -120,6 +122,9 @@ def status_text(run: Run) -> str:
         return f"diverged at step {step}" if step is not None else "diverged"
     if status == "interrupted":
         return f"interrupted at step {run.last_step}{of}"
+    if status == "stalled":
+        step = s.get("stalled_step", s.get("step"))
+        return f"stalled at step {step}" if step is not None else "stalled"
     if status == "completed" or status == "not started":
         return status
     return f"{status} (step {run.last_step}{of})"
@@ -160,7 +165,8 @@ def varying_settings(runs: list[Run]) -> dict[str, str]:
     if len(flat) < 2:
         return {}
     keys = sorted({k for f in flat.values() for k in f})
-    varying = [k for k in keys if k != ("model", "block") and len({repr(f.get(k)) for f in flat.values()}) > 1]
+    fixed = {("model", "block")} | ({("train", "seed")} if any(r.seed is not None for r in runs) else set())
+    varying = [k for k in keys if k not in fixed and len({repr(f.get(k)) for f in flat.values()}) > 1]
     short = {k: k[1] if sum(1 for j in varying if j[1] == k[1]) == 1 else f"{k[0]}.{k[1]}" for k in varying}
     return {name: " ".join(f"{short[k]}={f[k]}" for k in varying if k in f) for name, f in flat.items()}
 

@@ -100,30 +100,69 @@ def _time_unit(seconds: float) -> tuple[float, str]:
     return 1.0, "s"
 
 
+def unigram_entropies(runs: list[Run]) -> list[float]:
+    """The distinct unigram entropies the runs' summaries record (one per training split)."""
+    values = {round(float(h), 4) for r in runs for h in [(r.summary or {}).get("unigram_entropy")]
+              if isinstance(h, (int, float)) and math.isfinite(h)}
+    return sorted(values)
+
+
+def group_styles(runs: list[Run]) -> dict[str, tuple]:
+    """{run name: (colour, linestyle)}, one style per seed group (its first run's)."""
+    firsts = list({r.group: r for r in reversed(runs)}.values())[::-1]
+    by_group = {r.group: style for r, style in zip(firsts, run_styles(firsts).values())}
+    return {r.name: by_group[r.group] for r in runs}
+
+
+def _end_marker(ax, run: Run, xs, ys, colour) -> None:
+    """Diverged runs end in a cross, stalled runs in an open circle."""
+    marker = {"diverged": "x", "stalled": "o"}.get(run.status)
+    if marker and len(xs):
+        ax.plot(xs[-1:], ys[-1:], marker=marker, ms=9, mew=2, color=colour, ls="none",
+                mfc="none" if marker == "o" else colour)
+
+
 def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path | None:
-    """Training loss against `x` ("step" or "elapsed_s"): raw faint, moving average bold."""
+    """Training loss against `x` ("step" or "elapsed_s"): raw faint, moving average bold. Seeds of one
+    group (against steps): each seed thin, their mean bold, the band between the lowest and highest."""
+    from blocklab.reporting.groups import mean_curve
+
     curves = [(r, *smoothed_loss(r, x)) for r in runs if r.rows]
     curves = [c for c in curves if len(c[1])]
     if not curves:
         return None
-    styles = run_styles(runs)
+    styles = group_styles(runs)
     scale, unit = (1.0, "") if x == "step" else _time_unit(max(float(c[1][-1]) for c in curves))
     fig, ax = _figure()
-    lows, highs, windows = [], [], set()
+    lows, highs, windows, labelled = [], [], set(), set()
+    sizes = {g: sum(1 for r, *_ in curves if r.group == g) for g in {r.group for r, *_ in curves}}
     for r, xs, raw, sm, w in curves:
         colour, ls = styles[r.name]
         xs = xs / scale
         windows.add(w)
-        ax.plot(xs, raw, color=colour, lw=0.6, alpha=0.25)
-        ax.plot(xs, sm, color=colour, ls=ls, lw=1.6, label=f"{r.label} [{r.block}]")
-        if r.status == "diverged":
-            ax.plot(xs[-1:], sm[-1:], marker="x", ms=9, mew=2, color=colour, ls="none")
+        grouped = sizes[r.group] > 1 and x == "step"
+        if not grouped:
+            ax.plot(xs, raw, color=colour, lw=0.6, alpha=0.25)
+        label = None if r.group in labelled else (
+            f"{r.group_label} [{r.block}]" + (f", mean of {sizes[r.group]} seeds" if grouped else ""))
+        labelled.add(r.group)
+        ax.plot(xs, sm, color=colour, ls=ls, lw=0.8 if grouped else 1.6, alpha=0.6 if grouped else 1.0,
+                label=None if grouped else label)
+        _end_marker(ax, r, xs, sm, colour)
+        if grouped and label is not None:
+            mc = mean_curve([q for q, *_ in curves if q.group == r.group])
+            if mc is not None:
+                ax.fill_between(mc[0], mc[2], mc[3], color=colour, alpha=0.15, lw=0)
+                ax.plot(mc[0], mc[1], color=colour, ls=ls, lw=1.8, label=label)
         lows.append(float(np.nanmin(sm)))
         highs.append(float(sm[min(len(sm) - 1, max(1, len(sm) // 20))]))
+    for h in unigram_entropies(runs):
+        ax.axhline(h, color="black", ls=":", lw=1.0, label=f"unigram entropy {h:.3g} (stalled runs: o)")
+        lows.append(h - 0.05)
     if target.value is not None:
         ax.axhline(target.value, color="0.35", ls="--", lw=0.9, label=f"target loss {target.value:.3g}")
         lows.append(target.value)
-    lo, hi = min(lows), max(highs)
+    lo, hi = min(lows), max(highs + [h + 0.1 for h in unigram_entropies(runs)])
     if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
         pad = 0.05 * (hi - lo)
         ax.set_ylim(lo - pad, hi + pad)
@@ -138,23 +177,31 @@ def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path
     ax.title.set_fontsize(10)
     ax.set_ylabel("training loss (cross-entropy, nats/token)")
     ax.grid(alpha=0.3)
-    _legend(ax, len(curves) + 1)
+    _legend(ax, len(labelled) + 1)
     return _save(fig, path)
 
 
 def plot_eval_loss(runs: list[Run], path: Path) -> Path | None:
-    styles = run_styles(runs)
+    """Evaluation loss against steps; the seeds of a group share colour, style and one legend entry."""
+    styles = group_styles(runs)
     fig, ax = _figure()
-    n = 0
+    labelled = set()
     for r in runs:
         xs, ys = r.series("eval_loss")
         if not ys:
             continue
         colour, ls = styles[r.name]
-        ax.plot(xs, ys, color=colour, ls=ls, marker="o", ms=3.5, lw=1.4, label=f"{r.label} [{r.block}]")
-        n += 1
+        seeds = sum(1 for q in runs if q.group == r.group)
+        label = None if r.group in labelled else \
+            f"{r.group_label} [{r.block}]" + (f", {seeds} seeds" if seeds > 1 else "")
+        labelled.add(r.group)
+        ax.plot(xs, ys, color=colour, ls=ls, marker="o", ms=3.5, lw=1.4, label=label)
+        _end_marker(ax, r, xs, ys, colour)
+    n = len(labelled)
     if not n:
         return None
+    for h in unigram_entropies(runs):
+        ax.axhline(h, color="black", ls=":", lw=1.0, label=f"unigram entropy {h:.3g} (training split)")
     ax.set_xlabel("training step")
     ax.set_ylabel("evaluation loss (validation split, nats/token)")
     ax.set_title("Evaluation loss against steps", fontsize=10)

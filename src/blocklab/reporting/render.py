@@ -6,6 +6,7 @@ import html
 from pathlib import Path
 
 from blocklab.reporting.analysis import format_row, table_columns
+from blocklab.reporting.groups import format_group_row, group_columns
 
 CSS = """
 :root { --fg: #1d2430; --muted: #5b6472; --line: #d9dee5; --bg-alt: #f6f8fa; }
@@ -22,7 +23,7 @@ th { background: var(--bg-alt); text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.block { white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fbfcfd; }
-tr.status-diverged td.status { color: #b3261e; font-weight: 600; }
+tr.status-diverged td.status, tr.status-stalled td.status, tr.status-mixed td.status { color: #b3261e; font-weight: 600; }
 tr.status-running-unknown td.status, tr.status-interrupted td.status, tr.status-not-started td.status { color: #8a5a00; }
 span.swatch { display: inline-block; width: .8em; height: .8em; border-radius: 2px; margin-right: .35em;
               vertical-align: -.05em; }
@@ -45,14 +46,16 @@ def data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
 
 
-def _table_html(report) -> str:
+def _table_html(report, grouped: bool = False) -> str:
+    """The runs table, or with `grouped` the seed groups' mean ± sd."""
     from blocklab.reporting.figures import block_colour
 
-    cols = table_columns(report.rows)
+    rows = report.group_rows if grouped else report.rows
+    cols = group_columns(rows) if grouped else table_columns(rows)
     head = "".join(f"<th>{_e(h)}</th>" for _, h in cols)
     body = []
-    for row in report.rows:
-        f = format_row(row)
+    for row in rows:
+        f = format_group_row(row) if grouped else format_row(row)
         cells = []
         for key, _ in cols:
             text = _e(f[key])
@@ -60,10 +63,12 @@ def _table_html(report) -> str:
                 text = f'<span class="swatch" style="background:{block_colour(row["block"])}"></span>{text}'
             cls = "num" if key in _NUMERIC else ("status" if key == "status_text" else key)
             cells.append(f'<td class="{cls}">{text}</td>')
-        status = row["status"].replace("/", "-").replace(" ", "-")
-        body.append(f'<tr class="status-{_e(status)}" data-run="{_e(row["run"])}">{"".join(cells)}</tr>')
-    return (f'<table id="runs"><thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(body)
-            + "\n</tbody></table>")
+        status = (row["statuses"][0] if len(set(row["statuses"])) == 1 else "mixed") if grouped else row["status"]
+        status = status.replace("/", "-").replace(" ", "-")
+        key = "group" if grouped else "run"
+        body.append(f'<tr class="status-{_e(status)}" data-{key}="{_e(row[key])}">{"".join(cells)}</tr>')
+    return (f'<table id="{"groups" if grouped else "runs"}"><thead><tr>{head}</tr></thead>\n<tbody>\n'
+            + "\n".join(body) + "\n</tbody></table>")
 
 
 def _figure_html(fig) -> str:
@@ -90,6 +95,9 @@ def to_html(report) -> str:
     if report.description:
         out.append(f'<p class="description">{_e(report.description)}</p>')
     out.append('<dl class="meta">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in report.meta) + "</dl>")
+    if report.seeded:
+        out.append('<h2 id="groups-summary">Runs: mean ± sd over seeds</h2>')
+        out.append(_table_html(report, grouped=True))
     out.append('<h2 id="summary">Runs</h2>')
     out.append(_table_html(report))
     out.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
@@ -111,7 +119,10 @@ def to_markdown(report) -> str:
     out = [f"# {report.title}", ""]
     if report.description:
         out += [report.description, ""]
-    out += [f"- **{k}**: {v}" for k, v in report.meta] + ["", "## Runs", "", report.table_md, ""]
+    out += [f"- **{k}**: {v}" for k, v in report.meta] + [""]
+    if report.seeded:
+        out += ["## Runs: mean ± sd over seeds", "", report.group_table_md, ""]
+    out += ["## Runs", "", report.table_md, ""]
     out += [f"- {n}" for n in report.notes] + [""]
     for s in report.sections:
         out += [f"## {s.title}", ""]

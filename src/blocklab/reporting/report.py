@@ -13,11 +13,14 @@ from blocklab.reporting import figures as F
 from blocklab.atomic import write_atomic
 from blocklab.reporting.analysis import (Target, choose_target, markdown_table, run_row, smoothing_window,
                                          varying_settings)
+from blocklab.reporting import claims
+from blocklab.reporting.groups import group_markdown_table, group_row, group_runs
+from blocklab.reporting.heatmap import plot_warmup_heatmap
 from blocklab.reporting.runs import Run, load_runs
 
 FIGURES_DIR = "figures"
 # The figures this module writes into figures/ (removed before each report, so none goes stale).
-_OWN = ("loss_vs_step.png", "loss_vs_time.png", "eval_loss.png", "gains_*.png", "probes_*.png")
+_OWN = ("loss_vs_step.png", "loss_vs_time.png", "eval_loss.png", "warmup_heatmap.png", "gains_*.png", "probes_*.png")
 
 
 @dataclass
@@ -49,10 +52,20 @@ class Report:
     sections: list[Section]
     html_path: Path | None = None
     md_path: Path | None = None
+    group_rows: list[dict] = field(default_factory=list)  # one per seed group
+
+    @property
+    def seeded(self) -> bool:
+        """True when some run was repeated over seeds: the report leads with the groups' mean and spread."""
+        return any(r["n"] > 1 for r in self.group_rows)
 
     @property
     def table_md(self) -> str:
         return markdown_table(self.rows)
+
+    @property
+    def group_table_md(self) -> str:
+        return group_markdown_table(self.group_rows)
 
 
 def machine_description() -> str:
@@ -115,8 +128,14 @@ def _notes(runs: list[Run], target: Target) -> list[str]:
         "Tokens/s: training throughput (forward, backward and optimizer step; evaluation and checkpoints "
         "excluded), from summary.json, or the median of the logged values for a run without one.",
         "Status: completed, diverged (non-finite loss or far above the initial loss; the step is shown), "
-        "interrupted, or running/unknown (no summary.json: still running or killed).",
+        "stalled (the loss stayed at the training split's unigram entropy, drawn dotted on the loss plots: the "
+        "run learned only token frequencies; the step is shown), interrupted, or running/unknown (no "
+        "summary.json: still running or killed).",
     ]
+    if any(r.seed is not None for r in runs):
+        notes.insert(0, "Seeds: each setting was run once per seed; the first table gives the mean ± the sample "
+                        "standard deviation over the seeds (n - 1), the curves the mean with a band from the "
+                        "lowest to the highest seed, each seed drawn thin. The second table lists every run.")
     skipped = [f"{r.label}: {r.skipped_lines}" for r in runs if r.skipped_lines]
     if skipped:
         notes.append("Unreadable metrics.jsonl lines skipped (a half-written last line from a kill or a run "
@@ -144,6 +163,14 @@ def _probe_table(root: Path) -> str | None:
         return None
 
 
+def _probe_caption(root: Path, png: Path, caption: str) -> str:
+    """The figure's fixed description, then what its numbers say (blocklab.reporting.claims)."""
+    src = F.probes_dir(root)
+    result = F.load_probes(src) if src else None
+    name = png.name.removeprefix("probes_").removesuffix(".png")
+    return f"{caption} {claims.probe_sentences(result).get(name, '')}".strip() if result else caption
+
+
 def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     """Read DIR, compute the table and draw every figure into DIR/figures/ (writes no page)."""
     if target_loss is not None and (not math.isfinite(target_loss) or target_loss <= 0):
@@ -160,24 +187,30 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     fig_dir = root / FIGURES_DIR
     _clean_figures(fig_dir)
     existing = [r for r in runs if r.exists]
+    done = [(r, row) for r, row in zip(runs, rows) if r.exists]
+    groups = group_runs([r for r, _ in done], [row for _, row in done])
+    pairs = [(g, group_row(g)) for g in groups]
 
     def fig(path, title, caption=""):
         return [Figure(Path(path), title, caption)] if path else []
 
     loss = Section("training-loss", "Training loss", figures=(
         fig(F.plot_train_loss(existing, fig_dir / "loss_vs_step.png", "step", target), "Training loss against steps",
-            "Per-step efficiency: which block learns most per update.")
+            claims.loss_sentence(pairs))
         + fig(F.plot_train_loss(existing, fig_dir / "loss_vs_time.png", "elapsed_s", target),
-              "Training loss against wall-clock time",
-              "Wall-clock efficiency: what a user waits for (includes evaluation and checkpoint time).")))
+              "Training loss against wall-clock time", claims.time_sentence(pairs))))
     if not loss.figures:
         loss.paragraphs.append("No training loss logged yet.")
     ev = Section("eval-loss", "Evaluation loss",
                  figures=fig(F.plot_eval_loss(existing, fig_dir / "eval_loss.png"), "Evaluation loss against steps",
-                             "Loss on the validation split at each evaluation step."))
+                             claims.loss_sentence(pairs, "final_eval_loss", "final evaluation loss")))
     if not ev.figures:
         ev.paragraphs.append("No evaluation loss logged yet.")
     sections = [loss, ev]
+    heat = plot_warmup_heatmap(pairs, fig_dir / "warmup_heatmap.png")
+    if heat:
+        sections.append(Section("warmup-heatmap", "Warm-up and learning rate", figures=fig(
+            heat, "Final loss over warm-up x learning rate, per block", claims.heatmap_sentence(pairs))))
 
     probes = F.probe_figures(root, fig_dir)
     if probes:
@@ -185,14 +218,15 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
             "init-probes", "Signal propagation at initialisation (blocklab probe)",
             paragraphs=["Measured on freshly initialised models of several depths; the papers' predictions are "
                         "drawn dashed."],
-            figures=[Figure(p, t, c) for p, t, c in probes], pre=_probe_table(root)))
+            figures=[Figure(p, t, _probe_caption(root, p, c)) for p, t, c in probes], pre=_probe_table(root)))
 
     gains = Section("gains", "Gain trajectories")
     for r in existing:
         if r.has_gains:
             p = F.plot_run_gains(r, fig_dir / f"gains_{F.slug(r.name.removeprefix('runs/') if r.name != '.' else r.label)}.png")
             gains.figures += fig(p, f"Gains during training: {r.label}",
-                                 f"Every trainable gain of {r.label} ({r.block}) against the step, layers coloured.")
+                                 f"Every trainable gain of {r.label} ({r.block}) against the step, layers coloured. "
+                                 + claims.gains_sentence(r))
     without = [r.label for r in existing if not r.has_gains]
     if without:
         gains.paragraphs.append("No trainable gains logged for: " + ", ".join(without)
@@ -202,7 +236,7 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     title = sweep.get("name") or (root.resolve().name if root.name in ("", ".") else root.name)
     return Report(root=root, title=f"blocklab report: {title}", description=str(sweep.get("description") or ""),
                   meta=_meta(root, runs, sweep), runs=runs, rows=rows, target=target,
-                  notes=_notes(runs, target), sections=sections)
+                  notes=_notes(runs, target), sections=sections, group_rows=[row for _, row in pairs])
 
 
 def generate_report(root: str | Path, target_loss: float | None = None) -> Report:

@@ -111,6 +111,13 @@ class Run:
     summary: dict | None = None
     skipped_lines: int = 0
     exists: bool = True             # False: listed in sweep.json, no directory yet
+    group: str = ""                 # runs that differ only in their seed share a group (sweep.json)
+    group_label: str = ""
+    seed: int | None = None
+
+    def __post_init__(self):
+        self.group = self.group or self.name
+        self.group_label = self.group_label or self.label
 
     def cfg(self, section: str, key: str, default=None):
         return (self.config.get(section) or {}).get(key, default)
@@ -161,17 +168,18 @@ def read_sweep(root: Path) -> dict:
     return _read_json(root / "sweep.json") or {}
 
 
-def _sweep_entries(sweep: dict) -> list[tuple[list[str], str | None]]:
-    """[(candidate folder names/paths, label)] from sweep.json's `runs` (strings or dicts)."""
+def _sweep_entries(sweep: dict) -> list[tuple[list[str], str | None, dict]]:
+    """[(candidate folder names/paths, label, seed group)] from sweep.json's `runs` (strings or dicts)."""
     out = []
     for item in sweep.get("runs") or []:
         if isinstance(item, str):
-            out.append(([item], None))
+            out.append(([item], None, {}))
         elif isinstance(item, dict):
             keys = [str(item[k]) for k in ("dir", "path", "out", "run_dir", "name", "id") if item.get(k)]
             label = item.get("label") or item.get("name")
+            group = {k: item[k] for k in ("group", "group_label", "seed") if item.get(k) is not None}
             if keys:
-                out.append((keys, str(label) if label else None))
+                out.append((keys, str(label) if label else None, group))
     return out
 
 
@@ -193,7 +201,7 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
                         f"or metrics.jsonl and config.toml, up to {MAX_DEPTH} levels down)")
     rel = {d: ("." if d == root else d.relative_to(root).as_posix()) for d in dirs}
     runs, used = [], set()
-    for keys, label in _sweep_entries(sweep):
+    for keys, label, group in _sweep_entries(sweep):
         match = None
         for key in keys:
             key_path = Path(key)
@@ -211,6 +219,8 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
         else:
             name = keys[0]
             runs.append(Run(path=root / name, name=name, label=label or Path(name).name, exists=False))
+        for key, value in group.items():
+            setattr(runs[-1], key, value)
     runs.extend(load_run(d, rel[d]) for d in dirs if d not in used)
     _dedupe_labels(runs)
     return runs, sweep

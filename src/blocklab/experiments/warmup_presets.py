@@ -1,0 +1,46 @@
+"""The `warmup` presets: does every block need warm-up? Every block x warm-up {0, short, long} x two rates.
+
+The question that joins the two papers and that neither asks: Xiong et al. show that Pre-LN removes
+Post-LN's need for warm-up; He & Hofmann's simplified blocks are trained with warm-up only, and at
+their width SAS-P with a 50-step warm-up sits at the unigram loss (issue 12). The runs use He &
+Hofmann's recipe (normal init, RMSNorm, AdamW with weight decay 0.1, linear warm-up then linear
+decay, clipping at 1), the same for every block; the report draws the final loss over warm-up x
+learning rate per block as a heat map, and stalled runs (loss at the unigram entropy) end early.
+"""
+from __future__ import annotations
+
+BLOCKS = ["post-ln", "pre-ln", "parallel", "sas", "sas-p", "sas-p-nonorm"]
+
+# CPU: the smallest model that still learns past the unigram loss in 150 steps (d=64, 4 layers),
+# 36 runs of 150 steps at 1,024 tokens each.
+WARMUP = {
+    "name": "warmup",
+    "description": "Warm-up for every block: post-ln, pre-ln, parallel, sas, sas-p, sas-p-nonorm x warm-up "
+                   "0/15/60 of 150 steps x AdamW lr 1e-3/3e-3 (He & Hofmann's recipe: linear warm-up and decay), "
+                   "d=64, 4 layers, on the stdlib corpus; heat map of the final loss per block.",
+    "expected_cost": "36 runs of 150 steps at d=64: about 10 minutes on 2 idle CPU cores",
+    "base": {
+        "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 64},
+        "model": {"d_model": 64, "n_layers": 4, "n_heads": 4, "d_ff": 256},
+        "train": {"steps": 150, "batch_size": 16, "weight_decay": 0.1, "log_every": 5, "eval_every": 75,
+                  "eval_batches": 4, "checkpoint_every": 150, "stall_patience": 50},
+    },
+    "grid": {"model.block": BLOCKS, "train.warmup_steps": [0, 15, 60], "train.lr": [1e-3, 3e-3]},
+}
+
+# GPU: He & Hofmann's depth at a smaller width (18 layers, d=512) on the whole Python environment;
+# warm-up 0 / 1% / 10% of 5,000 steps, the two rates around the paper's 1e-3.
+WARMUP_GPU = {
+    "name": "warmup-gpu",
+    "description": "Warm-up for every block at GPU size: the six blocks x warm-up 0/50/500 of 5000 steps x AdamW "
+                   "lr 3e-4/1e-3, 18 layers, d=512, T=128, batch 128, bf16, on the python source.",
+    "expected_cost": "36 runs of 5000 steps x 16k tokens (82M tokens each): about 10 GPU-hours on one H100 "
+                     "(an estimate from the FLOP count, not a measurement)",
+    "base": {
+        "data": {"source": "python", "vocab_size": 16384, "seq_len": 128},
+        "model": {"d_model": 512, "n_layers": 18, "n_heads": 8, "d_ff": 2048},
+        "train": {"steps": 5000, "batch_size": 128, "weight_decay": 0.1, "precision": "bf16", "compile": True,
+                  "log_every": 25, "eval_every": 500, "checkpoint_every": 1000, "stall_patience": 300},
+    },
+    "grid": {"model.block": BLOCKS, "train.warmup_steps": [0, 50, 500], "train.lr": [3e-4, 1e-3]},
+}
