@@ -207,15 +207,16 @@ def format_row(row: dict) -> dict[str, str]:
     }
 
 
-def table_columns(rows: list[dict]) -> list[tuple[str, str]]:
-    cols = list(COLUMNS)
+def table_columns(rows: list[dict], base=None) -> list[tuple[str, str]]:
+    cols = list(base or COLUMNS)
     if any(r.get("settings") for r in rows):
         cols.insert(2, ("settings", "settings"))
     return cols
 
 
-def markdown_table(rows: list[dict]) -> str:
-    cols = table_columns(rows)
+def markdown_table(rows: list[dict], base=None, formatter=format_row) -> str:
+    """Markdown of the rows: `base` columns (COLUMNS) with a settings column when any row has settings."""
+    cols = table_columns(rows, base)
 
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
@@ -223,6 +224,6 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(h for _, h in cols) + " |",
              "|" + "|".join("---" if k in ("label", "block", "settings", "status_text") else "---:" for k, _ in cols) + "|"]
     for row in rows:
-        f = format_row(row)
+        f = formatter(row)
         lines.append("| " + " | ".join(cell(f[k]) for k, _ in cols) + " |")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blocklab.reporting.analysis import fmt_loss, fmt_params, fmt_rate, smoothed_loss
+from blocklab.reporting.analysis import fmt_loss, fmt_params, fmt_rate, markdown_table, smoothed_loss, table_columns
 from blocklab.reporting.runs import Run
 
 NUMERIC = ("final_loss", "final_eval_loss", "best_eval_loss", "steps_to_target", "tokens_per_s")
@@ -99,21 +99,11 @@ def format_group_row(row: dict) -> dict[str, str]:
 
 
 def group_columns(rows: list[dict]) -> list[tuple[str, str]]:
-    cols = list(GROUP_COLUMNS)
-    if any(r.get("settings") for r in rows):
-        cols.insert(2, ("settings", "settings"))
-    return cols
+    return table_columns(rows, GROUP_COLUMNS)
 
 
 def group_markdown_table(rows: list[dict]) -> str:
-    cols = group_columns(rows)
-    lines = ["| " + " | ".join(h for _, h in cols) + " |",
-             "|" + "|".join("---" if k in ("label", "block", "settings", "status_text") else "---:" for k, _ in cols)
-             + "|"]
-    for row in rows:
-        f = format_group_row(row)
-        lines.append("| " + " | ".join(str(f[k]).replace("|", "\\|") for k, _ in cols) + " |")
-    return "\n".join(lines)
+    return markdown_table(rows, GROUP_COLUMNS, format_group_row)
 
 
 def mean_curve(runs: list[Run], x: str = "step"):  # x: a logged column shared by the seeds, e.g. "step"
