@@ -156,3 +156,17 @@ def test_hub_name_reads_the_revision_the_hub_reports_and_streams(tmp_path, rows,
     assert prepare(cfg, **QUIET).stats["cache_hit"] is False and calls[-1][-1] == "beef00"
     with pytest.raises(UserError, match="no field 'body'"):
         prepare(DataConfig(**{**cfg.__dict__, "text_field": "body"}), **QUIET)
+
+
+def test_txt_is_one_document_per_paragraph_and_csv_by_column(tmp_path):
+    paragraphs = [f"Paragraph {i} line one.\nParagraph {i} line two, with more words." for i in range(12)]
+    (tmp_path / "prose.txt").write_text("\n\n".join(paragraphs) + "\n")
+    c = prepare(DataConfig(source=f"hf:{tmp_path / 'prose.txt'}", vocab_size=300,
+                           cache_dir=str(tmp_path / "cache")), **QUIET)
+    assert c.stats["files"] == 12
+    ends = np.append(c.train_doc_starts[1:], len(c.train)) - 1
+    assert all(c.decode(c.train[a:b]).strip() in paragraphs for a, b in zip(c.train_doc_starts, ends))
+    (tmp_path / "table.csv").write_text("id,body\n" + "".join(f'{i},"row {i} says hello"\n' for i in range(30)))
+    t = prepare(DataConfig(source=f"hf:{tmp_path / 'table.csv'}", text_field="body", vocab_size=300,
+                           cache_dir=str(tmp_path / "cache")), **QUIET)
+    assert t.stats["files"] == 30
