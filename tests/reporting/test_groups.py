@@ -61,7 +61,7 @@ def test_sentences_are_computed_from_the_numbers(seeded):
     assert ("Post-LN at lr 0.001 6.00 (2/2 stalled) without warm-up against 4.10 with 10 steps (+1.90)" in loss)
     assert "Pre-LN at lr 0.003 3.40 without warm-up against 3.40 with 10 steps (+0.00)" in loss
     assert "warm-up rescues Post-LN, Pre-LN barely needs it" in loss and "4 run(s) stalled" in loss
-    heat = captions["warmup_heatmap.png"]  # eval losses: 6.10 stalled against 4.20
+    heat = captions["warmup_heatmap.png"]  # final training losses: 6.00 stalled against 4.10
     assert "Post-LN +1.90/+1.90" in heat and "Pre-LN +0.00/+0.00" in heat and "Post-LN needs warm-up most, while it costs Pre-LN at most 0.1 nats" in heat
     assert (seeded.root / "figures" / "warmup_heatmap.png").stat().st_size > 10_000
 

@@ -142,8 +142,7 @@ def time_sentence(pairs) -> str:
 
 
 def heatmap_sentence(pairs) -> str:
-    effects = warmup_effects(pairs, "final_eval_loss") or warmup_effects(pairs, "final_loss")
-    key = "final_eval_loss" if warmup_effects(pairs, "final_eval_loss") else "final_loss"
+    effects = warmup_effects(pairs, "final_loss")  # the heat map's value: every run has one, stalled or not
     if not effects:
         return "No cell without warm-up to compare with."
     by_block = {}
@@ -152,8 +151,8 @@ def heatmap_sentence(pairs) -> str:
     parts = [f"{name(b)} " + "/".join(format(e["gap"], "+.2f") for e in es) for b, es in by_block.items()]
     worst = max(by_block, key=lambda b: min(e["gap"] for e in by_block[b]))
     calm = [name(b) for b, es in by_block.items() if all(abs(e["gap"]) <= 0.1 for e in es)]
-    return (f"Cost of no warm-up (final {'eval' if key == 'final_eval_loss' else 'train'} loss without warm-up "
-            f"minus the best warm-up, per learning rate): " + ", ".join(parts)
+    return ("Cost of no warm-up (final training loss without warm-up minus the best warm-up's, per learning "
+            "rate): " + ", ".join(parts)
             + f"; {name(worst)} needs warm-up most" + (f", while it costs {', '.join(calm)} at most 0.1 nats"
                                                       if calm else "") + ".")
 

@@ -1,8 +1,8 @@
 """Warm-up x learning rate: a heat map of the final loss per block (the `warmup` presets).
 
-Each cell is one seed group: its mean final evaluation loss (the final smoothed training loss
-where no evaluation was logged). Diverged cells are grey and marked "div"; a cell with a stalled
-seed is marked "stall". One colour scale for every panel, so blocks can be compared cell by cell.
+Each cell is one seed group: its mean final (smoothed) training loss, which every run has, even one
+that stalled before its first evaluation. Diverged cells are grey and marked "div"; a cell with a
+stalled seed is marked "stall". One colour scale for every panel, so blocks compare cell by cell.
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import numpy as np
 
 
 def cell_value(row: dict) -> float | None:
-    v = row.get("final_eval_loss")
-    return v if v is not None else row.get("final_loss")
+    return row.get("final_loss")
 
 
 def warmup_grid(groups) -> dict | None:
