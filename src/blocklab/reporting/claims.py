@@ -58,8 +58,9 @@ def warmup_effects(pairs, key: str = "final_loss") -> list[dict]:
 
 def _warmup_clause(effects, key) -> str:
     parts = []
+    several = len({e["lr"] for e in effects}) > 1
     for e in effects:
-        at = f" at {e['lr']}" if len({x["lr"] for x in effects if x["block"] == e["block"]}) > 1 else ""
+        at = f" at {e['lr']}" if several else ""
         parts.append(f"{name(e['block'])}{at} {e['without'][key]:.2f}{_fate(e['without'])} without warm-up "
                      f"against {e['with'][key]:.2f}{_fate(e['with'])} with {e['warmup']} steps "
                      f"({e['gap']:+.2f})")
@@ -96,9 +97,8 @@ def _verdict(effects, comps) -> str:
     if post:
         helped = all(e["gap"] > 0.1 for e in post)
         bits.append("warm-up rescues Post-LN" if helped else "warm-up does not clearly help Post-LN here")
-    if pre:
-        small = all(abs(e["gap"]) <= 0.1 for e in pre)
-        bits.append("Pre-LN barely needs it" if small else "Pre-LN also depends on it")
+    if pre:  # no warm-up at most 0.1 nats worse (or better): Pre-LN does not need it
+        bits.append("Pre-LN does not need it" if all(e["gap"] <= 0.1 for e in pre) else "Pre-LN also depends on it")
     if comps:
         ok = [c for c in comps if c["value"] <= c["ref"] + 0.02]
         bits.append(f"{len(ok)} of {len(comps)} simplified-block settings match or beat Pre-LN per step")
@@ -149,12 +149,12 @@ def heatmap_sentence(pairs) -> str:
     for e in effects:
         by_block.setdefault(e["block"], []).append(e)
     parts = [f"{name(b)} " + "/".join(format(e["gap"], "+.2f") for e in es) for b, es in by_block.items()]
-    worst = max(by_block, key=lambda b: min(e["gap"] for e in by_block[b]))
-    calm = [name(b) for b, es in by_block.items() if all(abs(e["gap"]) <= 0.1 for e in es)]
+    worst = max(by_block, key=lambda b: max(e["gap"] for e in by_block[b]))
+    calm = [name(b) for b, es in by_block.items() if all(e["gap"] <= 0.1 for e in es)]
     return ("Cost of no warm-up (final training loss without warm-up minus the best warm-up's, per learning "
             "rate): " + ", ".join(parts)
-            + f"; {name(worst)} needs warm-up most" + (f", while it costs {', '.join(calm)} at most 0.1 nats"
-                                                      if calm else "") + ".")
+            + f"; {name(worst)} needs warm-up most" + (f", while no warm-up costs {', '.join(calm)} at most "
+                                                      "0.1 nats (negative: better without)" if calm else "") + ".")
 
 
 def gains_sentence(run) -> str:
