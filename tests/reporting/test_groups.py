@@ -62,6 +62,7 @@ def test_sentences_are_computed_from_the_numbers(seeded):
     assert "Pre-LN at lr 0.003 3.40 without warm-up against 3.40 with 10 steps (+0.00)" in loss
     assert "warm-up rescues Post-LN, Pre-LN does not need it" in loss and "4 run(s) stalled" in loss
     heat = captions["warmup_heatmap.png"]  # final training losses: 6.00 stalled against 4.10
+    assert "Post-LN stalled in all" not in heat  # its warm-up cells completed
     assert "Post-LN +1.90/+1.90" in heat and "Pre-LN +0.00/+0.00" in heat and "Post-LN needs warm-up most, while no warm-up costs Pre-LN at most 0.1 nats" in heat
     assert (seeded.root / "figures" / "warmup_heatmap.png").stat().st_size > 10_000
 
@@ -89,6 +90,12 @@ def test_heatmap_sentence_names_the_block_with_the_largest_cost():
         run = Run(Path("."), f"{block}{lr}{w}", "x", config={"model": {"block": block},
                                                                "train": {"lr": lr, "warmup_steps": w}})
         pairs.append((Group(run.name, run.name, [run], []), {"final_loss": loss, "statuses": ["completed"]}))
+    for w in (0, 12):  # a block that stalls at the unigram entropy in every cell
+        run = Run(Path("."), f"sas-p{w}", "x", config={"model": {"block": "sas-p"},
+                                                       "train": {"lr": 1e-3, "warmup_steps": w}})
+        pairs.append((Group(run.name, run.name, [run], []), {"final_loss": 6.6, "statuses": ["stalled"]}))
     s = heatmap_sentence(pairs)
+    assert "SAS-P stalled in all 2 cells" in s and "Post-LN stalled" not in s
     assert "Post-LN -0.11/+1.47" in s and "Pre-LN -0.05/-0.05" in s
     assert "Post-LN needs warm-up most, while no warm-up costs Pre-LN at most 0.1 nats" in s
+    assert "stalled in all" not in s

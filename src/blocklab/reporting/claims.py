@@ -95,8 +95,13 @@ def _verdict(effects, comps) -> str:
     post = [e for e in effects if e["block"] == "post-ln"]
     pre = [e for e in effects if e["block"] == "pre-ln"]
     if post:
-        helped = all(e["gap"] > 0.1 for e in post)
-        bits.append("warm-up rescues Post-LN" if helped else "warm-up does not clearly help Post-LN here")
+        helped = [e for e in post if e["gap"] > 0.1]
+        if len(helped) == len(post):
+            bits.append("warm-up rescues Post-LN")
+        elif helped:
+            bits.append(f"warm-up rescues Post-LN at {', '.join(e['lr'] for e in helped)} only")
+        else:
+            bits.append("warm-up does not clearly help Post-LN here")
     if pre:  # no warm-up at most 0.1 nats worse (or better): Pre-LN does not need it
         bits.append("Pre-LN does not need it" if all(e["gap"] <= 0.1 for e in pre) else "Pre-LN also depends on it")
     if comps:
@@ -150,11 +155,14 @@ def heatmap_sentence(pairs) -> str:
         by_block.setdefault(e["block"], []).append(e)
     parts = [f"{name(b)} " + "/".join(format(e["gap"], "+.2f") for e in es) for b, es in by_block.items()]
     worst = max(by_block, key=lambda b: max(e["gap"] for e in by_block[b]))
+    stuck = [f"{name(b)} stalled in all {len(st)} cells" for b in by_block
+             for st in [[s for g, row in pairs if g.block == b for s in row["statuses"]]] if set(st) == {"stalled"}]
     calm = [name(b) for b, es in by_block.items() if all(e["gap"] <= 0.1 for e in es)]
     return ("Cost of no warm-up (final training loss without warm-up minus the best warm-up's, per learning "
             "rate): " + ", ".join(parts)
             + f"; {name(worst)} needs warm-up most" + (f", while no warm-up costs {', '.join(calm)} at most "
-                                                      "0.1 nats (negative: better without)" if calm else "") + ".")
+                                                      "0.1 nats (negative: better without)" if calm else "")
+            + (f"; {', '.join(stuck)}" if stuck else "") + ".")
 
 
 def gains_sentence(run) -> str:
