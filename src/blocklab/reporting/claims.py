@@ -155,9 +155,10 @@ def heatmap_sentence(pairs) -> str:
         by_block.setdefault(e["block"], []).append(e)
     parts = [f"{name(b)} " + "/".join(format(e["gap"], "+.2f") for e in es) for b, es in by_block.items()]
     worst = max(by_block, key=lambda b: max(e["gap"] for e in by_block[b]))
-    stuck = [f"{name(b)} stalled in all {len(st)} cells" for b in by_block
-             for st in [[s for g, row in pairs if g.block == b for s in row["statuses"]]] if set(st) == {"stalled"}]
-    calm = [name(b) for b, es in by_block.items() if all(e["gap"] <= 0.1 for e in es)]
+    statuses = {b: [s for g, row in pairs if g.block == b for s in row["statuses"]] for b in by_block}
+    stuck = [b for b, st in statuses.items() if set(st) == {"stalled"}]
+    calm = [name(b) for b, es in by_block.items() if b not in stuck and all(e["gap"] <= 0.1 for e in es)]
+    stuck = [f"{name(b)} stalled in all {len(statuses[b])} cells" for b in stuck]
     return ("Cost of no warm-up (final training loss without warm-up minus the best warm-up's, per learning "
             "rate): " + ", ".join(parts)
             + f"; {name(worst)} needs warm-up most" + (f", while no warm-up costs {', '.join(calm)} at most "
