@@ -50,8 +50,8 @@ def plot_warmup_heatmap(groups, path: Path) -> Path | None:
     n = len(grid)
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig = Figure(figsize=(3.3 * cols + 0.8, 2.6 * rows + 0.6))
-    axes = np.array(fig.subplots(rows, cols, squeeze=False))
+    fig = Figure(figsize=(3.3 * cols + 0.8, 2.9 * rows + 0.6))
+    axes = np.array(fig.subplots(rows, cols, squeeze=False, gridspec_kw={"hspace": 0.55, "wspace": 0.4}))
     image = None
     for ax, (block, cells) in zip(axes.flat, grid.items()):
         data = np.full((len(warmups), len(lrs)), np.nan)
