@@ -1,9 +1,15 @@
+import os
 import shutil
 import sysconfig
 from pathlib import Path
 
 import pytest
 import torch
+
+# Without a GPU the fused shaped-attention kernel runs through Triton's interpreter. The variable
+# is read when a kernel is defined, so it must be set before any test module imports blocklab.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

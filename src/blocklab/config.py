@@ -8,7 +8,7 @@ TASKS = ("clm", "mlm")
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("relu", "gelu")
 INITS = ("normal", "xavier")
-ATTN_IMPLS = ("sdpa", "materialized")
+ATTN_IMPLS = ("auto", "sdpa", "fused", "materialized")
 POSITIONS = ("learned", "sinusoidal")
 
 
@@ -53,7 +53,7 @@ class ModelConfig:
     norm: str = "rmsnorm"
     activation: str = "relu"
     init: str = "normal"
-    attn_impl: str = "sdpa"
+    attn_impl: str = "auto"  # auto: fused on CUDA (with triton), sdpa elsewhere; see attention.resolve_impl
     beta_ff: float | None = None  # None: the block's default (0.1 where the block has beta_FF)
     beta_sa: float | None = None  # None: 1.0 (sas-p family only)
     beta_v: float = 0.2           # shaped-vp: initial beta_V of W = alpha_V I + beta_V dW

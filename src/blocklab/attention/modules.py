@@ -6,8 +6,18 @@ import torch.nn as nn
 
 from blocklab.attention.centring import centring_matrix, centred_mean
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
+from blocklab.attention.fused import fused_shaped_attention, unavailable_reason
 from blocklab.config import ModelConfig
 from blocklab.layers import gain
+
+
+def resolve_impl(impl: str, device: torch.device) -> str:
+    """The attention path to run: "auto" is the fastest correct one for the device (fused on CUDA
+    when triton is installed, sdpa otherwise); it is resolved per call so a model keeps "auto" in its
+    config and follows .to(device)."""
+    if impl == "auto":
+        return "fused" if device.type == "cuda" and unavailable_reason(device) is None else "sdpa"
+    return impl
 
 
 class MultiHeadAttention(nn.Module):
@@ -22,7 +32,9 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         H = self.cfg.n_heads
         q, k, v = (split_heads(f(x), H) for f in (self.q, self.k, self.v))
-        out = softmax_attention(q, k, v, self.cfg.causal, key_mask, self.cfg.attn_impl)
+        # Softmax attention has no gains to fuse: "fused" runs SDPA's own flash kernels.
+        impl = "materialized" if self.cfg.attn_impl == "materialized" else "sdpa"
+        out = softmax_attention(q, k, v, self.cfg.causal, key_mask, impl)
         return self.proj(merge_heads(out))
 
 
@@ -69,7 +81,10 @@ class ShapedAttention(nn.Module):
         q, k = split_heads(self.q(x), H), split_heads(self.k(x), H)
         v = split_heads(self.value(x) if self.value is not None else x, H)
         alpha, beta = self.alpha.view(1, H, 1, 1), self.beta.view(1, H, 1, 1)
-        if cfg.attn_impl == "materialized":
+        impl = resolve_impl(cfg.attn_impl, x.device)
+        if impl == "fused":
+            out = fused_shaped_attention(q, k, v, self.alpha, self.beta, self.gamma, cfg.causal, key_mask)
+        elif impl == "materialized":
             T = x.shape[1]
             m = alpha * torch.eye(T, device=x.device, dtype=v.dtype) + beta * attention_matrix(q, k, cfg.causal, key_mask)
             if self.gamma is not None:

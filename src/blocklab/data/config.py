@@ -10,17 +10,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from blocklab.errors import UserError
+from blocklab.errors import ConfigError, UserError  # noqa: F401  (ConfigError is re-exported)
 
 # Byte-level BPE starts from the 256 byte symbols; the three special tokens come on top.
 SPECIAL_TOKENS = ("<pad>", "<mask>", "<eod>")
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
 MAX_VOCAB_SIZE = 2**32 - 1  # token arrays are at most uint32
-
-
-class ConfigError(UserError, ValueError):
-    """A bad config value. A ValueError for library callers (the contract for every
-    config class), and a UserError so the CLI prints it as one line."""
 
 
 def _int_field(name: str, value, lo: int, hi: int | None = None) -> None:
