@@ -50,7 +50,12 @@ def find_or_install() -> tuple[str | None, str | None]:
 
 
 def require(chromium: tuple[str | None, str | None]) -> str:
+    """The browser's path. Where none can be had (a machine with no package registry, such as a
+    lent GPU box), skip with the reason, except under BLOCKLAB_REQUIRE_BROWSER=1 (set by .ci/run),
+    where the missing browser is a failure: CI must never pass this check by skipping it."""
     path, why = chromium
     if path is None:
-        pytest.fail(why, pytrace=False)
+        if os.environ.get("BLOCKLAB_REQUIRE_BROWSER") == "1":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
     return path

@@ -69,8 +69,9 @@ def test_bf16_autocast_and_tasks_train(tmp_path, overrides, task):
 
 
 def test_fp16_refused_on_cpu(tmp_path, overrides):
-    overrides["train"]["precision"] = "fp16"
-    with pytest.raises(UserError, match="fp16"):
+    # Pinned to the CPU: with device auto a GPU machine would (rightly) accept fp16.
+    overrides["train"].update(precision="fp16", device="cpu")
+    with pytest.raises(UserError, match="fp16.*CPU"):
         train(load_config(None, overrides), tmp_path / "r", progress=False)
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from blocklab.errors import UserError
+
 
 @dataclass
 class Dist:
@@ -45,9 +47,21 @@ def setup(device: str = "auto") -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        check_gpus(local, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count())
     dev = torch.device("cuda", local) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     return Dist(rank, world, local, dev)
+
+
+def check_gpus(local_rank: int, local_world: int, n_gpus: int) -> None:
+    """One GPU per local rank (rank i on cuda:i): more ranks than GPUs is a launch mistake, not a
+    CUDA error deep in set_device."""
+    if n_gpus == 0:
+        raise UserError("train.device=cuda but no CUDA GPU is visible; use --train.device cpu or auto")
+    if local_rank >= n_gpus:
+        raise UserError(f"torchrun started {max(local_world, local_rank + 1)} processes on this machine but it has "
+                        f"{n_gpus} GPU(s); use --nproc_per_node={n_gpus}, or --train.device cpu to train on the CPU")
