@@ -6,17 +6,17 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from blocklab.blocks import REGISTRY
 from blocklab.config import ModelConfig
 from blocklab.layers import make_norm
+from blocklab.model.loss import chunked_cross_entropy
 
 
 @dataclass
 class ModelOutput:
     loss: torch.Tensor | None
-    logits: torch.Tensor
+    logits: torch.Tensor | None  # None only when asked for with return_logits=False
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
@@ -54,8 +54,17 @@ class TransformerLM(nn.Module):
         pos = self.pos.weight[:T] if self.cfg.positions == "learned" else self.pos_table[:T]
         return self.tok(input_ids) * self.embed_scale + pos
 
-    def forward(self, input_ids, attention_mask=None, labels=None, output_hidden_states=False) -> ModelOutput:
-        """`labels` are aligned with `input_ids` (labels[t] is the target of logits[t]); -100 is ignored."""
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.head.weight if self.head is not None else self.tok.weight
+
+    def forward(self, input_ids, attention_mask=None, labels=None, output_hidden_states=False,
+                loss_reduction: str = "mean", return_logits: bool = True) -> ModelOutput:
+        """`labels` are aligned with `input_ids` (labels[t] is the target of logits[t]); -100 is ignored.
+
+        The loss never builds the fp32 (B, T, V) logits (model/loss.py); trainers pass
+        return_logits=False so that no logits are formed at all, and loss_reduction="sum".
+        """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.cfg.max_seq_len:
@@ -67,10 +76,10 @@ class TransformerLM(nn.Module):
             x = block(x, key_mask)
             hidden.append(x)
         x = self.final_norm(x)
-        logits = self.head(x) if self.head is not None else x @ self.tok.weight.t()
+        logits = x @ self.head_weight.t() if return_logits else None
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+            loss = chunked_cross_entropy(x, self.head_weight, labels, loss_reduction)
         return ModelOutput(loss, logits, tuple(hidden) if output_hidden_states else None)
 
 

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from blocklab.data import IGNORE_INDEX, ClmBatches, MlmBatches, prepare
 from blocklab.errors import UserError
@@ -98,10 +97,9 @@ class Trainer:
         """Summed token loss and the global token count, so that DDP's gradient average equals the
         gradient of the global-batch mean even when ranks hold different numbers of masked tokens."""
         ids, labels, *mask = (x.to(self.dist.device) for x in batch)
-        with self.autocast():
-            logits = model(ids, attention_mask=mask[0] if mask else None).logits
-        loss_sum = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                                   reduction="sum")
+        with self.autocast():  # the model's chunked loss: no (B, T, V) logits are formed
+            loss_sum = model(ids, attention_mask=mask[0] if mask else None, labels=labels,
+                             loss_reduction="sum", return_logits=False).loss
         return loss_sum, (labels != IGNORE_INDEX).sum()
 
     @torch.no_grad()
