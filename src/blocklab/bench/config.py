@@ -12,7 +12,7 @@ from blocklab.errors import UserError
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 ADAMW_IMPLS = ("fused", "foreach", "loop")
-ATTN_IMPLS = ("sdpa", "materialized")
+ATTN_IMPLS = ("sdpa", "fused", "materialized", "auto")  # see ModelConfig.attn_impl
 
 # Short keys of --shape and the ModelConfig / batch field each one sets.
 SHAPE_KEYS = {
@@ -123,7 +123,7 @@ class BenchConfig:
     peak_size: int | None = None  # square matmul size for the peak; None: 2048 on CPU, 8192 on CUDA
     scaling_T: list[int] = field(default_factory=list)  # memory scaling sequence lengths; empty: none
     scaling_blocks: list[str] = field(default_factory=list)
-    scaling_impls: list[str] = field(default_factory=lambda: list(ATTN_IMPLS))
+    scaling_impls: list[str] = field(default_factory=lambda: ["sdpa", "materialized"])
     scaling_precision: str = "fp32"
     skip_steps: bool = False     # only the memory scaling (no step timing, no peak)
     reference: str = "pre-ln"    # the block the ratios are taken against
@@ -158,7 +158,7 @@ def parse_blocks(text: str) -> list[str]:
 
 def parse_variants(text: str) -> list[Variant]:
     """`pre-ln:bf16:compile,sas-p:fp32` -> variants; tokens after the block: a precision, compile|eager,
-    sdpa|materialized, in any order (defaults fp32, eager, sdpa)."""
+    sdpa|fused|materialized|auto, in any order (defaults fp32, eager, sdpa)."""
     from blocklab.blocks import REGISTRY
 
     out = []
@@ -226,6 +226,18 @@ def check_compile_available(device: str) -> None:
         raise UserError("--compile needs a C++ compiler on CPU (g++ or clang++); none was found on PATH")
 
 
+def check_fused_available(impl: str, device: str) -> None:
+    """The Triton kernel runs on CUDA (or, slowly, through TRITON_INTERPRET=1): refuse early, in one line."""
+    if impl == "fused":
+        import torch
+
+        from blocklab.attention.fused import unavailable_reason
+
+        why = unavailable_reason(torch.device("cuda" if device in ("cuda", "auto") and torch.cuda.is_available() else "cpu"))
+        if why:
+            raise UserError(why)
+
+
 def validate(cfg: BenchConfig) -> BenchConfig:
     for name in ("reps", "steps"):
         if getattr(cfg, name) < 1:
@@ -238,6 +250,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
         check_precision(v.precision, cfg.device)
         if v.attn_impl not in ATTN_IMPLS:
             raise UserError(f"--attn-impl {v.attn_impl!r} is not valid; choose one of: {', '.join(ATTN_IMPLS)}")
+        check_fused_available(v.attn_impl, cfg.device)
         if v.compile:
             check_compile_available(cfg.device)
     check_precision(cfg.scaling_precision, cfg.device)
@@ -246,6 +259,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
     for impl in cfg.scaling_impls:
         if impl not in ATTN_IMPLS:
             raise UserError(f"--scaling-impls: {impl!r} is not valid; choose among: {', '.join(ATTN_IMPLS)}")
+        check_fused_available(impl, cfg.device)
     labels = [v.label for v in cfg.variants]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:

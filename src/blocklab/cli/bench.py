@@ -69,8 +69,10 @@ def add_parser(sub) -> None:
                    help="also time every block in fp32 eager in the same round-robin and report the speedup")
     p.add_argument("--extra", default=None, metavar="VARIANTS",
                    help="more variants timed in the same round-robin, comma-separated BLOCK[:PRECISION][:compile|eager]"
-                        "[:sdpa|materialized], e.g. pre-ln:bf16:compile,sas-p:bf16:compile (default: none)")
-    p.add_argument("--attn-impl", default="sdpa", metavar="{sdpa,materialized}", help="sdpa (fused, default) or materialized (T x T matrix)")
+                        "[:sdpa|fused|materialized], e.g. pre-ln:bf16:compile,sas-p:bf16:compile (default: none)")
+    p.add_argument("--attn-impl", default="sdpa", metavar="{sdpa,fused,materialized,auto}",
+                   help="sdpa (SDPA + running mean, default), fused (the Triton kernel, CUDA), "
+                        "materialized (T x T matrix) or auto (fused on CUDA, sdpa on CPU)")
     p.add_argument("--adamw", default="fused", metavar="{fused,foreach,loop}",
                    help="AdamW implementation: fused (one kernel; 4-7x faster than loop on CPU), foreach, or loop "
                         "(PyTorch's CPU default) (default: fused)")

@@ -2,9 +2,9 @@
 
 At the he-codeparrot shape the full logits are 128 x 128 x 50,000 fp32 = 3.3 GB, written,
 log-softmaxed and read back in both passes. Here each chunk of rows is projected, reduced to
-its loss and log-sum-exp, and dropped; the backward projects the chunk again and turns
-softmax - onehot into the gradients of the hidden states and of the (tied) head weight.
-Memory is O(chunk x V) instead of O(N x V), at the cost of one extra chunk matmul.
+its loss, and turned at once into the gradients of the hidden states and of the (tied) head
+weight (softmax - onehot), then dropped. Memory is O(chunk x V) instead of O(N x V), with the
+same three matmuls as full logits.
 """
 from __future__ import annotations
 
@@ -17,52 +17,56 @@ CHUNK_ELEMENTS = 2**26  # logits per chunk: 256 MB in fp32, whatever the vocabul
 def _compute_dtype(h: torch.Tensor) -> torch.dtype:
     """The dtype autocast would run the projection in (custom Functions see autocast state)."""
     dev = h.device.type
-    if torch.is_autocast_enabled(dev):
-        return torch.get_autocast_dtype(dev)
+    try:
+        if torch.is_autocast_enabled(dev):
+            return torch.get_autocast_dtype(dev)
+    except RuntimeError:  # a device autocast does not know (meta, under FLOP counting)
+        pass
     return h.dtype
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Forward computes, chunk by chunk, the loss and (when needed) its gradients: the loss is a
+    scalar at the end of the graph, so the backward only scales them. Three matmuls per chunk, as
+    with full logits, and no recomputation."""
+
     @staticmethod
-    def forward(ctx, h, weight, labels, chunk, smoothing):
+    def forward(ctx, h, weight, labels, chunk, eps, grad_enabled):
         dtype = _compute_dtype(h)
         acc = torch.promote_types(dtype, torch.float32)  # fp32 logits for bf16, float64 stays float64
         w = weight.to(dtype)
+        # needs_input_grad stays True under no_grad: evaluation must not pay for the gradients.
+        need_h, need_w = (grad_enabled and ctx.needs_input_grad[i] for i in (0, 1))
         total = h.new_zeros((), dtype=acc)
-        lse = h.new_empty(h.shape[0], dtype=acc)
+        dh = torch.empty_like(h) if need_h else None
+        dw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         for s in range(0, h.shape[0], chunk):
-            logits = (h[s:s + chunk].to(dtype) @ w.t()).to(acc)
-            y = labels[s:s + chunk]
+            hc, y = h[s:s + chunk].to(dtype), labels[s:s + chunk]
+            logits = (hc @ w.t()).to(acc)
             keep = y != IGNORE_INDEX
-            lse[s:s + chunk] = torch.logsumexp(logits, -1)
-            nll = lse[s:s + chunk] - logits.gather(1, y.clamp_min(0)[:, None])[:, 0]
-            if smoothing:
-                nll = (1 - smoothing) * nll + smoothing * (lse[s:s + chunk] - logits.mean(-1))
-            total += nll[keep].sum()
-        ctx.save_for_backward(h, weight, labels, lse)
-        ctx.chunk, ctx.smoothing, ctx.dtype = chunk, smoothing, dtype
+            lse = torch.logsumexp(logits, -1)
+            nll = lse - logits.gather(1, y.clamp_min(0)[:, None])[:, 0]
+            if eps:
+                nll = (1 - eps) * nll + eps * (lse - logits.mean(-1))
+            total += torch.where(keep, nll, 0.0).sum()  # no boolean indexing: no host sync on GPU
+            if need_h or need_w:
+                g = torch.exp(logits - lse[:, None])  # d nll / d logits = softmax - (1-eps) onehot - eps/V
+                g.scatter_add_(1, y.clamp_min(0)[:, None], torch.full_like(g[:, :1], -(1 - eps)))
+                if eps:
+                    g -= eps / g.shape[1]
+                g = (g * keep[:, None]).to(dtype)
+                if need_h:
+                    dh[s:s + chunk] = (g @ w).to(h.dtype)
+                if need_w:
+                    dw += (g.t() @ hc).to(acc)
+        ctx.save_for_backward(dh if need_h else None, dw.to(weight.dtype) if need_w else None)
         return total
 
     @staticmethod
     def backward(ctx, grad_total):
-        h, weight, labels, lse = ctx.saved_tensors
-        chunk, eps, dtype = ctx.chunk, ctx.smoothing, ctx.dtype
-        w = weight.to(dtype)
-        dh = torch.empty_like(h)
-        dw = torch.zeros(weight.shape, dtype=lse.dtype, device=weight.device)
-        for s in range(0, h.shape[0], chunk):
-            hc = h[s:s + chunk].to(dtype)
-            logits = (hc @ w.t()).to(lse.dtype)
-            y = labels[s:s + chunk]
-            keep = (y != IGNORE_INDEX).to(lse.dtype)[:, None]
-            g = torch.exp(logits - lse[s:s + chunk, None])  # softmax
-            g.scatter_add_(1, y.clamp_min(0)[:, None], torch.full_like(g[:, :1], -(1 - eps)))
-            if eps:
-                g -= eps / g.shape[1]
-            g = (g * keep * grad_total).to(dtype)
-            dh[s:s + chunk] = (g @ w).to(h.dtype)
-            dw += (g.t() @ hc).to(dw.dtype)
-        return dh, dw.to(weight.dtype), None, None, None
+        dh, dw = ctx.saved_tensors
+        return (dh * grad_total.to(dh.dtype) if dh is not None else None,
+                dw * grad_total.to(dw.dtype) if dw is not None else None, None, None, None, None)
 
 
 def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
@@ -75,7 +79,7 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: to
     """
     h, y = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
     chunk = chunk or max(64, CHUNK_ELEMENTS // weight.shape[0])
-    total = _ChunkedCrossEntropy.apply(h, weight, y, chunk, float(label_smoothing))
+    total = _ChunkedCrossEntropy.apply(h, weight, y, chunk, float(label_smoothing), torch.is_grad_enabled())
     if reduction == "sum":
         return total
     return total / (y != IGNORE_INDEX).sum().clamp_min(1)

@@ -41,7 +41,7 @@ class TrainConfig:
     eval_batches: int = 8
     checkpoint_every: int = 500
     precision: str = "fp32"
-    compile: bool = False
+    compile: bool | str = "auto"  # auto: on for CUDA (each block compiled once), off on the CPU
     device: str = "auto"          # auto | cpu | cuda
     divergence_factor: float = 1.5  # diverged when loss > factor * first loss (or non-finite)
     # Stalled: after warm-up, the loss stays within stall_margin nats of the training split's unigram
@@ -60,6 +60,10 @@ class TrainConfig:
         choice("train.schedule", self.schedule, SCHEDULES)
         choice("train.precision", self.precision, PRECISIONS)
         choice("train.device", self.device, ("auto", "cpu", "cuda"))
+        if isinstance(self.compile, str) and self.compile.lower() in ("true", "false", "1", "0", "yes", "no"):
+            self.compile = self.compile.lower() in ("true", "1", "yes")
+        if not (isinstance(self.compile, bool) or self.compile == "auto"):
+            raise ValueError(f"train.compile={self.compile!r} is not valid; choose one of: auto, true, false")
         if self.warmup_steps is None:
             self.warmup_steps = int(round(0.05 * self.steps))
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
@@ -139,8 +143,9 @@ def coerce(section: str, key: str, raw: str):
     if raw.lower() in ("none", "null") and "None" in hint:
         return None
     try:
-        if hints[key] is bool:
-            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        words = ("true", "false", "1", "0", "yes", "no")
+        if hints[key] is bool or ("bool" in hint and raw.lower() in words):  # bool | str: compile = auto
+            if raw.lower() not in words:
                 raise ValueError
             return raw.lower() in ("true", "1", "yes")
         if "float" in hint:

@@ -21,6 +21,7 @@ from blocklab.training.config import RunConfig, load_config, to_toml
 from blocklab.training.logger import MetricsLogger
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
 from blocklab.training.stall import stall_detector
+from blocklab.training.throughput import Throughput, flops_per_token, peak_for
 
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json", "checkpoints", "tb")
 # Fields that may change when resuming: how long to train and how often to log, not what to train.
@@ -73,11 +74,17 @@ class Trainer:
         self.model = build_model(cfg.model).to(dev)
         self.optimizer = make_optimizer(self.model, t)
         self.forward = self.dist.wrap(self.model)
-        if t.compile:
-            self.forward = torch.compile(self.forward)
+        self.compiled = t.compile is True or (t.compile == "auto" and dev.type == "cuda")
+        if self.compiled:
+            # Regional compilation: each block once (they share code, so one compile serves all of
+            # them), the embeddings and the chunked loss stay eager. Seconds, not a minute, at 18 layers.
+            for block in self.model.blocks:
+                block.compile()
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
         self.state = {"step": 0, "initial_loss": None, "tokens": 0, "train_seconds": 0.0, "wall_seconds": 0.0,
                       "best_eval_loss": None, "last_eval_loss": None, "last_loss": None}
+        self.throughput = Throughput(self.state, self.compiled, flops_per_token(self.model, cfg.data.seq_len),
+                                     lambda: peak_for(dev, t.precision))
 
     def _batches(self):
         c, d, t = self.corpus, self.cfg.data, self.cfg.train
@@ -152,9 +159,9 @@ class Trainer:
                "task": self.cfg.model.task, "n_params": count_parameters(self.model),
                "initial_loss": s["initial_loss"], "final_loss": s["last_loss"],
                "final_eval_loss": s["last_eval_loss"], "best_eval_loss": s["best_eval_loss"],
-               "tokens": s["tokens"], "tokens_per_s": s["tokens"] / s["train_seconds"] if s["train_seconds"] else None,
-               "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
-               "device": str(self.dist.device), "precision": t.precision}
+               "tokens": s["tokens"], "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
+               "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled}
+        out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
         out.update(extra or {})
         if self.dist.main:
             write_atomic(self.out / "summary.json", json.dumps(out, indent=2) + "\n")
@@ -186,7 +193,9 @@ class Trainer:
                 for step in range(start, t.steps):
                     t0 = time.perf_counter()
                     loss = self.train_step(step)
-                    self.state["train_seconds"] += time.perf_counter() - t0
+                    dt = time.perf_counter() - t0
+                    self.state["train_seconds"] += dt
+                    self.throughput.step(dt, tokens_per_step)
                     self.state["tokens"] += tokens_per_step
                     if self.state["initial_loss"] is None:
                         self.state["initial_loss"] = loss
@@ -203,6 +212,7 @@ class Trainer:
                     if done % t.log_every == 0 or done == t.steps:
                         row = logger.train_row(done, sum(window) / len(window), self.optimizer.param_groups[0]["lr"],
                                                self.state, len(window) * tokens_per_step, self.model)
+                        row["mfu"] = self.throughput.mfu(row["tokens_per_s"])
                         window = []
                     if done % t.eval_every == 0 or done == t.steps:
                         ev = self.evaluate()
