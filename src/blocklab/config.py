@@ -4,7 +4,10 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass, fields
 
-TASKS = ("clm", "mlm")
+TASKS = ("clm", "mlm", "translation")
+# The blocks an encoder-decoder (task="translation") is offered with: Xiong et al.'s two (model/seq2seq.py).
+TRANSLATION_BLOCKS = ("post-ln", "pre-ln")
+DROPOUT_BLOCKS = ("post-ln", "pre-ln", "parallel")
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("relu", "gelu")
 INITS = ("normal", "xavier")
@@ -61,6 +64,10 @@ class ModelConfig:
     tie_embeddings: bool = True
     mlp_bias: bool = False
     norm_eps: float = 1e-5
+    # Residual-branch and embedding dropout (classic blocks and translation; 0 keeps the language models
+    # exactly as they were). n_decoder_layers: translation only; None means n_layers.
+    dropout: float = 0.0
+    n_decoder_layers: int | None = None
 
     def __post_init__(self) -> None:
         from blocklab.blocks import REGISTRY  # late import: blocks import this module
@@ -83,6 +90,18 @@ class ModelConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} is not valid; choose one of: True, False")
         positive("norm_eps", float(self.norm_eps) if isinstance(self.norm_eps, int) else self.norm_eps, float)
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout={self.dropout!r} is not valid; it must be a number in [0, 1)")
+        if self.dropout and self.block not in DROPOUT_BLOCKS:
+            raise ValueError(f"dropout={self.dropout!r} does not apply to block {self.block!r}; "
+                             f"it applies to: {', '.join(DROPOUT_BLOCKS)}")
+        if self.n_decoder_layers is not None:
+            positive("n_decoder_layers", self.n_decoder_layers)
+            if self.task != "translation":
+                raise ValueError(f"n_decoder_layers={self.n_decoder_layers!r} applies to task='translation' only")
+        if self.task == "translation" and self.block not in TRANSLATION_BLOCKS:
+            raise ValueError(f"block={self.block!r} is not offered for task='translation'; "
+                             f"choose one of: {', '.join(TRANSLATION_BLOCKS)}")
         spec = REGISTRY[self.block]
         for name, default in (("beta_ff", spec.beta_ff), ("beta_sa", spec.beta_sa)):
             value = getattr(self, name)

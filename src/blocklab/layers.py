@@ -38,6 +38,13 @@ class MLP(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout that is the exact identity at p=0 (the language models' default), in training too."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) if self.p > 0 and self.training else x
+
+
 def gain(value: float, *shape: int) -> nn.Parameter:
     """A trainable gain (alpha, beta, gamma, beta_FF, ...); 1-D or scalar, so it gets no weight decay."""
     return nn.Parameter(torch.full(shape, float(value)))

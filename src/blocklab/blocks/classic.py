@@ -6,7 +6,7 @@ import torch.nn as nn
 from blocklab.attention import MultiHeadAttention
 from blocklab.blocks.registry import register
 from blocklab.config import ModelConfig
-from blocklab.layers import MLP, make_norm
+from blocklab.layers import MLP, Dropout, make_norm
 
 
 class _Classic(nn.Module):
@@ -15,6 +15,7 @@ class _Classic(nn.Module):
         self.attn = MultiHeadAttention(cfg)
         self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
         self.norms = nn.ModuleList(make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) for _ in range(n_norms))
+        self.drop = Dropout(cfg.dropout)  # on each residual branch, as in fairseq; identity at the default 0
 
 
 @register("post-ln", final_norm=False)
@@ -25,8 +26,8 @@ class PostLN(_Classic):
         super().__init__(cfg, layer, n_norms=2)
 
     def forward(self, x, key_mask=None):
-        u = self.norms[0](x + self.attn(x, key_mask))
-        return self.norms[1](u + self.mlp(u))
+        u = self.norms[0](x + self.drop(self.attn(x, key_mask)))
+        return self.norms[1](u + self.drop(self.mlp(u)))
 
 
 @register("pre-ln")
@@ -37,8 +38,8 @@ class PreLN(_Classic):
         super().__init__(cfg, layer, n_norms=2)
 
     def forward(self, x, key_mask=None):
-        u = x + self.attn(self.norms[0](x), key_mask)
-        return u + self.mlp(self.norms[1](u))
+        u = x + self.drop(self.attn(self.norms[0](x), key_mask))
+        return u + self.drop(self.mlp(self.norms[1](u)))
 
 
 @register("parallel")
@@ -50,4 +51,4 @@ class Parallel(_Classic):
 
     def forward(self, x, key_mask=None):
         h = self.norms[0](x)
-        return x + self.attn(h, key_mask) + self.mlp(h)
+        return x + self.drop(self.attn(h, key_mask)) + self.drop(self.mlp(h))

@@ -103,5 +103,10 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
             nn.init.normal_(m.weight, std=0.02 if cfg.init == "normal" else cfg.d_model ** -0.5)
 
 
-def build_model(cfg: ModelConfig) -> TransformerLM:
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """A TransformerLM (clm, mlm) or, for task="translation", the encoder-decoder of model/seq2seq.py."""
+    if cfg.task == "translation":
+        from blocklab.model.seq2seq import Seq2Seq
+
+        return Seq2Seq(cfg)
     return TransformerLM(cfg)

@@ -1,0 +1,271 @@
+"""The encoder-decoder Transformer of Xiong et al.'s translation experiments (fairseq's `transformer`).
+
+Encoder: `n_layers` blocks of the chosen type (the registry's Post-LN / Pre-LN blocks, bidirectional,
+source padding as a key mask). Decoder: `n_decoder_layers` blocks, each a causal self-attention, a
+cross-attention over the encoder output and the MLP sub-block, arranged as the block type says:
+
+    post-ln:  u = Norm(x + SA(x));        v = Norm(u + CA(u, m));        y = Norm(v + MLP(v))
+    pre-ln:   u = x + SA(Norm(x));        v = u + CA(Norm(u), m);        y = v + MLP(Norm(v))
+
+with a final Norm after the Pre-LN encoder and decoder (none for Post-LN), dropout on each residual
+branch and on the embeddings (fairseq's `dropout`), one embedding matrix shared by the source, the
+target and the output head. The simplified blocks are not offered here (ModelConfig says so):
+shaped attention is defined for self-attention, where `alpha I` is the identity on the sequence; a
+cross-attention has no such identity, so a "simplified" decoder block would be a design of its own.
+
+Decoding keeps, per decoder layer, the self-attention keys and values of the tokens so far and the
+cross-attention keys and values of the source (computed once): each new token costs O(T).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from blocklab.attention.functional import merge_heads, split_heads
+from blocklab.blocks import REGISTRY
+from blocklab.config import ModelConfig
+from blocklab.layers import MLP, Dropout, make_norm
+from blocklab.model.loss import IGNORE_INDEX, chunked_cross_entropy
+from blocklab.model.model import init_weights, sinusoidal
+
+# blocklab's tokenizer puts its special tokens first: <pad> 0, <mask> 1, <eod> 2. <eod> ends a
+# sentence and, as in fairseq, starts the decoder's input.
+PAD_ID, EOS_ID = 0, 2
+
+
+@dataclass
+class Seq2SeqOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor | None
+    encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class Attention(nn.Module):
+    """MHA(x, m) = concat_h(softmax(Q_h K_h^T / sqrt(d_h)) V_h) W^P with Q from x and K, V from m."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.n_heads = cfg.n_heads
+        self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
+
+    def keys_values(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return split_heads(self.k(m), self.n_heads), split_heads(self.v(m), self.n_heads)
+
+    def forward(self, x, k, v, mask=None, causal=False):
+        """`mask`: boolean, True where a query may attend a key, broadcastable to (B, H, Tq, Tk)."""
+        q = split_heads(self.q(x), self.n_heads)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+        return self.proj(merge_heads(out))
+
+
+class LayerCache:
+    """One decoder layer's keys and values: the source's (fixed) and the target tokens' so far."""
+
+    def __init__(self, cross_k, cross_v):
+        self.cross_k, self.cross_v = cross_k, cross_v
+        self.k = self.v = None
+
+    def append(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], 2)
+        self.v = v if self.v is None else torch.cat([self.v, v], 2)
+        return self.k, self.v
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep the rows `index` (beam search). Beams move only within their sentence, whose source rows
+        are identical copies, so the cross-attention keys and values stay where they are."""
+        if self.k is not None:
+            self.k, self.v = self.k[index], self.v[index]
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.self_attn, self.cross_attn = Attention(cfg), Attention(cfg)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
+        self.norms = nn.ModuleList(make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) for _ in range(3))
+        self.drop = Dropout(cfg.dropout)
+
+    def sa(self, h, self_mask, cache: LayerCache | None):
+        """Causal self-attention; with a cache, `h` holds only the new token, which may see every cached one."""
+        k, v = self.self_attn.keys_values(h)
+        if cache is not None:
+            k, v = cache.append(k, v)
+            return self.self_attn(h, k, v)
+        return self.self_attn(h, k, v, self_mask, causal=True)
+
+    def ca(self, h, memory_kv, src_mask):
+        return self.cross_attn(h, *memory_kv, src_mask)
+
+
+class PostLNDecoderBlock(DecoderBlock):
+    def forward(self, x, memory_kv, src_mask=None, self_mask=None, cache=None):
+        u = self.norms[0](x + self.drop(self.sa(x, self_mask, cache)))
+        v = self.norms[1](u + self.drop(self.ca(u, memory_kv, src_mask)))
+        return self.norms[2](v + self.drop(self.mlp(v)))
+
+
+class PreLNDecoderBlock(DecoderBlock):
+    def forward(self, x, memory_kv, src_mask=None, self_mask=None, cache=None):
+        u = x + self.drop(self.sa(self.norms[0](x), self_mask, cache))
+        v = u + self.drop(self.ca(self.norms[1](u), memory_kv, src_mask))
+        return v + self.drop(self.mlp(self.norms[2](v)))
+
+
+DECODER_BLOCKS = {"post-ln": PostLNDecoderBlock, "pre-ln": PreLNDecoderBlock}
+
+
+def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, Tk) padding mask (1 = token) -> boolean (B, 1, 1, Tk) attention mask; None when nothing is padded."""
+    if mask is None or bool(mask.all()):
+        return None
+    return mask.bool()[:, None, None, :]
+
+
+class Seq2Seq(nn.Module):
+    """Encoder-decoder translation model; `blocks` are the encoder's, `decoder_blocks` the decoder's."""
+
+    pad_id, eos_id = PAD_ID, EOS_ID
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        spec = REGISTRY[cfg.block]
+        d = cfg.d_model
+        self.tok = nn.Embedding(cfg.vocab_size, d)  # shared by source, target and (tied) output head
+        if cfg.positions == "learned":
+            self.src_pos, self.tgt_pos = nn.Embedding(cfg.max_seq_len, d), nn.Embedding(cfg.max_seq_len, d)
+        else:
+            self.register_buffer("pos_table", sinusoidal(cfg.max_seq_len, d), persistent=False)
+        self.embed_scale = math.sqrt(d) if cfg.init == "xavier" else 1.0
+        self.drop = Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(spec.cls(cfg, i) for i in range(cfg.n_layers))
+        self.decoder_blocks = nn.ModuleList(DECODER_BLOCKS[cfg.block](cfg, i) for i in range(self.n_decoder_layers))
+        norm = (lambda: make_norm(cfg.norm, d, cfg.norm_eps)) if spec.final_norm else nn.Identity
+        self.encoder_norm, self.decoder_norm = norm(), norm()
+        self.head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
+        init_weights(self, cfg)
+
+    @property
+    def n_decoder_layers(self) -> int:
+        return self.cfg.n_decoder_layers or self.cfg.n_layers
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.head.weight if self.head is not None else self.tok.weight
+
+    def embed(self, ids: torch.Tensor, side: str, start: int = 0) -> torch.Tensor:
+        T = ids.shape[1]
+        if start + T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {start + T} exceeds max_seq_len={self.cfg.max_seq_len}")
+        if self.cfg.positions == "learned":
+            pos = (self.src_pos if side == "src" else self.tgt_pos).weight[start:start + T]
+        else:
+            pos = self.pos_table[start:start + T]
+        return self.drop(self.tok(ids) * self.embed_scale + pos)
+
+    def encode(self, input_ids, attention_mask=None, output_hidden_states=False):
+        """The encoder output (B, S, d) (and each block's output when asked)."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+        key_mask = attention_mask.bool() if attention_mask is not None else None
+        x = self.embed(input_ids, "src")
+        hidden = [x]
+        for block in self.blocks:
+            x = block(x, key_mask)
+            hidden.append(x)
+        return self.encoder_norm(x), (tuple(hidden) if output_hidden_states else None)
+
+    def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [b.cross_attn.keys_values(memory) for b in self.decoder_blocks]
+
+    def decode(self, decoder_input_ids, memory, attention_mask=None, decoder_attention_mask=None):
+        """Decoder hidden states (B, T, d) after the final norm, for teacher-forced target prefixes."""
+        x = self.embed(decoder_input_ids, "tgt")
+        src_mask = _key_mask(attention_mask)
+        self_mask = None
+        if decoder_attention_mask is not None and not bool(decoder_attention_mask.all()):
+            T = x.shape[1]
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            # Padded keys are hidden; each position still sees itself, so a padded row is never empty.
+            self_mask = causal & (decoder_attention_mask.bool()[:, None, None, :] | torch.eye(T, dtype=torch.bool,
+                                                                                              device=x.device))
+        for block, kv in zip(self.decoder_blocks, self.memory_kv(memory)):
+            x = block(x, kv, src_mask, self_mask)
+        return self.decoder_norm(x)
+
+    def forward(self, input_ids, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                labels=None, loss_reduction: str = "mean", return_logits: bool = True, label_smoothing: float = 0.0,
+                output_hidden_states: bool = False) -> Seq2SeqOutput:
+        """`labels` are aligned with `decoder_input_ids` (labels[t] is the target of logits[t]); -100 is ignored.
+        Without `decoder_input_ids`, they are the labels shifted right behind <eod>, as in fairseq."""
+        if decoder_input_ids is None:
+            if labels is None:
+                raise ValueError("give decoder_input_ids (or labels, from which they are shifted)")
+            start = torch.full_like(labels[:, :1], self.eos_id)
+            decoder_input_ids = torch.cat([start, labels[:, :-1].clamp_min(0)], 1)
+            decoder_input_ids = decoder_input_ids.masked_fill(torch.cat([start, labels[:, :-1]], 1) == IGNORE_INDEX,
+                                                              self.pad_id)
+        memory, hidden = self.encode(input_ids, attention_mask, output_hidden_states)
+        x = self.decode(decoder_input_ids, memory, attention_mask, decoder_attention_mask)
+        logits = x @ self.head_weight.t() if return_logits else None
+        loss = None
+        if labels is not None:
+            loss = chunked_cross_entropy(x, self.head_weight, labels, loss_reduction, label_smoothing)
+        return Seq2SeqOutput(loss, logits, hidden)
+
+    # --- incremental decoding --------------------------------------------------------------
+
+    def init_cache(self, memory: torch.Tensor) -> list[LayerCache]:
+        return [LayerCache(k, v) for k, v in self.memory_kv(memory)]
+
+    def decode_step(self, tokens: torch.Tensor, position: int, cache: list[LayerCache], src_mask) -> torch.Tensor:
+        """Next-token logits (B, V) for the newest target token (B, 1) at `position`, extending `cache`.
+        `src_mask`: the (B, 1, 1, S) boolean mask of _key_mask, or None."""
+        x = self.embed(tokens, "tgt", start=position)
+        for block, c in zip(self.decoder_blocks, cache):
+            x = block(x, (c.cross_k, c.cross_v), src_mask, cache=c)
+        return (self.decoder_norm(x[:, -1]) @ self.head_weight.t()).float()
+
+    def max_new_tokens(self, asked: int) -> int:
+        return max(0, min(asked, self.cfg.max_seq_len - 1))  # the start token takes target position 0
+
+    @torch.no_grad()
+    def greedy(self, input_ids, attention_mask=None, max_new_tokens: int = 64) -> torch.Tensor:
+        """The most likely next token at each step; rows that have ended continue with <pad>."""
+        memory, _ = self.encode(input_ids, attention_mask)
+        cache, src_mask = self.init_cache(memory), _key_mask(attention_mask)
+        out = torch.full((input_ids.shape[0], 1), self.eos_id, dtype=torch.long, device=input_ids.device)
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        for t in range(self.max_new_tokens(max_new_tokens)):
+            nxt = self.decode_step(out[:, -1:], t, cache, src_mask).argmax(-1)
+            nxt = nxt.masked_fill(done, self.pad_id)
+            out = torch.cat([out, nxt[:, None]], 1)
+            done |= nxt == self.eos_id
+            if bool(done.all()):
+                break
+        return out
+
+    @torch.no_grad()
+    def generate(self, input_ids, attention_mask=None, max_new_tokens: int = 64, num_beams: int = 1,
+                 length_penalty: float = 1.0) -> torch.Tensor:
+        """(B, <= 1 + max_new_tokens) token ids: <eod> (the start), the translation, <eod>, then <pad>.
+
+        num_beams 1 is greedy; more is batched beam search (model/beam.py) whose hypotheses are ranked
+        by log-probability / length ** length_penalty (fairseq's `--lenpen`)."""
+        if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
+            raise ValueError(f"num_beams={num_beams!r} is not valid; it must be a positive integer")
+        was_training = self.training
+        self.eval()
+        try:
+            if num_beams == 1:
+                return self.greedy(input_ids, attention_mask, max_new_tokens)
+            from blocklab.model.beam import beam_search
+
+            return beam_search(self, input_ids, attention_mask, num_beams, max_new_tokens, length_penalty).tokens
+        finally:
+            self.train(was_training)
