@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 from blocklab.data import cache
 from blocklab.data.config import DataConfig, cache_root
 from blocklab.data.build import build_entry, sample_budget
+from blocklab.data.documents import DocStream
 from blocklab.data.sources import open_stream
 from blocklab.data.tokenizer import load_tokenizer, special_ids, tokenizer_settings, unigram_entropy
 
@@ -61,10 +62,13 @@ class Corpus:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
 
-def prepare(cfg: DataConfig, log: Callable = print) -> Corpus:
-    """Tokenizer and token arrays for `cfg`'s corpus, from the cache when possible."""
+def prepare(cfg: DataConfig, log: Callable = print, stream: DocStream | None = None) -> Corpus:
+    """Tokenizer and token arrays for `cfg`'s corpus, from the cache when possible.
+
+    `stream`: documents read elsewhere (parallel text: data/parallel.py) instead of `cfg.source`'s."""
     t_start = time.perf_counter()
-    stream = open_stream(cfg, log)  # a scan; most bad inputs fail here, before the cache is touched
+    if stream is None:
+        stream = open_stream(cfg, log)  # a scan; most bad inputs fail here, before the cache is touched
     budget = sample_budget(cfg, stream)
     settings = {**tokenizer_settings(cfg.vocab_size), "val_fraction": cfg.val_fraction,
                 "tokenizer_sample_bytes": "all" if budget is None else budget}
