@@ -28,7 +28,8 @@ def test_resolved_config_round_trips(tmp_path):
     (["--train.schedule", "step"], ["step", "inv_sqrt"]),
     (["--model.block", "gpt"], ["block", "gpt", "sas-p"]),
     (["--model.d_model", "100", "--model.n_heads", "3"], ["d_model", "n_heads"]),
-    (["--model.dropout", "0.1"], ["model.dropout"]),
+    (["--model.attention_dropout", "0.1"], ["model.attention_dropout"]),  # model.dropout is an option now
+    (["--model.dropout", "1.5"], ["dropout", "1.5"]),
     (["--train.steps", "ten"], ["train.steps", "ten"]),
     (["--optim.lr", "1"], ["optim"]),
     (["--data.seq_len", "512", "--model.max_seq_len", "256"], ["seq_len", "max_seq_len"]),

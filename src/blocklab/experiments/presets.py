@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from blocklab.experiments.warmup_presets import WARMUP, WARMUP_GPU
+from blocklab.experiments.translation_presets import XIONG_IWSLT, XIONG_IWSLT_GPU
 
 # Each paper's claim in its own paper's setting, two seeds each, sized so that `make demo`
 # (install included) ends within 15 minutes on 2 CPU cores. The settings come from a documented
@@ -98,4 +99,5 @@ DEPTH = {
     "grid": {"model.block": ["pre-ln", "sas", "sas-p"], "model.n_layers": [6, 12, 24]},
 }
 
-PRESETS = {p["name"]: p for p in (QUICK, XIONG_WARMUP, HE_CODEPARROT, DEPTH, WARMUP, WARMUP_GPU)}
+PRESETS = {p["name"]: p for p in (QUICK, XIONG_WARMUP, HE_CODEPARROT, DEPTH, WARMUP, WARMUP_GPU,
+                                   XIONG_IWSLT, XIONG_IWSLT_GPU)}

@@ -14,13 +14,15 @@ from blocklab.atomic import write_atomic
 from blocklab.reporting.analysis import (Target, choose_target, markdown_table, run_row, smoothing_window,
                                          varying_settings)
 from blocklab.reporting import claims
+from blocklab.reporting.bleu import bleu_sentence, bleu_table, plot_bleu
 from blocklab.reporting.groups import group_markdown_table, group_row, group_runs
 from blocklab.reporting.heatmap import plot_warmup_heatmap
 from blocklab.reporting.runs import Run, load_runs
 
 FIGURES_DIR = "figures"
 # The figures this module writes into figures/ (removed before each report, so none goes stale).
-_OWN = ("loss_vs_step.png", "loss_vs_time.png", "eval_loss.png", "warmup_heatmap.png", "gains_*.png", "probes_*.png")
+_OWN = ("loss_vs_step.png", "loss_vs_time.png", "eval_loss.png", "warmup_heatmap.png", "gains_*.png", "probes_*.png",
+        "bleu.png")
 
 
 @dataclass
@@ -207,6 +209,10 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     if not ev.figures:
         ev.paragraphs.append("No evaluation loss logged yet.")
     sections = [loss, ev]
+    bleu = plot_bleu(existing, fig_dir / "bleu.png")  # translation runs only
+    if bleu:
+        sections.append(Section("bleu", "BLEU", figures=fig(bleu, "BLEU against steps", bleu_sentence(existing)),
+                                pre=bleu_table(existing)))
     heat = plot_warmup_heatmap(pairs, fig_dir / "warmup_heatmap.png")
     if heat:
         sections.append(Section("warmup-heatmap", "Warm-up and learning rate", figures=fig(

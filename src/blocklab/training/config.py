@@ -51,6 +51,7 @@ class TrainConfig:
     # inv_sqrt only: the rate is lr * min(1, sqrt(inv_sqrt_scale / t)) after warm-up, so runs with
     # different warm-ups (none included) share one decay; None: warmup_steps, or 5% of steps without warm-up.
     inv_sqrt_scale: int | None = None
+    label_smoothing: float = 0.0  # task="translation" only (training loss; evaluation is the plain NLL)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "log_every", "eval_every", "eval_batches", "checkpoint_every"):
@@ -80,6 +81,8 @@ class TrainConfig:
             raise ValueError(f"train.divergence_factor={self.divergence_factor!r} is not valid; it must be > 1")
         if not _num(self.stall_margin) > 0:
             raise ValueError(f"train.stall_margin={self.stall_margin!r} is not valid; it must be > 0")
+        if not 0 <= _num(self.label_smoothing) < 1:
+            raise ValueError(f"train.label_smoothing={self.label_smoothing!r} is not valid; it must be in [0, 1)")
         for name, value in (("stall_patience", self.stall_patience), ("inv_sqrt_scale", self.inv_sqrt_scale)):
             if (value is not None or name == "stall_patience") and (
                     isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -127,6 +130,8 @@ class RunConfig:
             raise UserError(str(e)) from None
         if data.seq_len > model.max_seq_len:
             raise UserError(f"data.seq_len={data.seq_len} exceeds model.max_seq_len={model.max_seq_len}")
+        if train.label_smoothing and model.task != "translation":
+            raise UserError(f"train.label_smoothing={train.label_smoothing!r} applies to model.task='translation' only")
         if data.vocab_size > model.vocab_size:
             raise UserError(f"data.vocab_size={data.vocab_size} exceeds model.vocab_size={model.vocab_size}")
         return cls(model, data, train)

@@ -14,7 +14,7 @@ import torch
 from blocklab.data import IGNORE_INDEX, ClmBatches, MlmBatches, prepare
 from blocklab.errors import UserError
 from blocklab.model import build_model, count_parameters
-from blocklab.training import distributed
+from blocklab.training import distributed, translation
 from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from blocklab.training.config import RunConfig, load_config, to_toml
@@ -65,7 +65,9 @@ class Trainer:
         t, dev = cfg.train, self.dist.device
         if t.precision == "fp16" and dev.type == "cpu":
             raise UserError("train.precision=fp16 is not supported on CPU (too slow and unstable); use bf16 or fp32")
-        self.corpus = prepare(cfg.data, log=log if self.dist.main else (lambda *a, **k: None))
+        self.translation = cfg.model.task == "translation"  # encoder-decoder: training/translation.py
+        quiet = log if self.dist.main else (lambda *a, **k: None)
+        self.corpus = translation.prepare_corpus(cfg, quiet) if self.translation else prepare(cfg.data, log=quiet)
         if self.corpus.vocab_size > cfg.model.vocab_size:
             raise UserError(f"the tokenizer has {self.corpus.vocab_size} tokens but model.vocab_size="
                             f"{cfg.model.vocab_size}; raise model.vocab_size")
@@ -88,6 +90,8 @@ class Trainer:
 
     def _batches(self):
         c, d, t = self.corpus, self.cfg.data, self.cfg.train
+        if self.translation:
+            return translation.make_batches(c, d, t, self.log if self.dist.main else (lambda *a, **k: None))
         if self.cfg.model.task == "clm":
             return ClmBatches(c.train, d.seq_len, t.batch_size, t.seed), ClmBatches(c.val, d.seq_len, t.batch_size, t.seed)
         args = dict(seq_len=d.seq_len, batch_size=t.batch_size, seed=t.seed, mask_prob=d.mask_prob, mask_id=c.mask_id,
@@ -103,6 +107,8 @@ class Trainer:
     def loss_terms(self, batch, model):
         """Summed token loss and the global token count, so that DDP's gradient average equals the
         gradient of the global-batch mean even when ranks hold different numbers of masked tokens."""
+        if self.translation:
+            return translation.loss_terms(self, batch, model)
         ids, labels, *mask = (x.to(self.dist.device) for x in batch)
         with self.autocast():  # the model's chunked loss: no (B, T, V) logits are formed
             loss_sum = model(ids, attention_mask=mask[0] if mask else None, labels=labels,
@@ -162,6 +168,8 @@ class Trainer:
                "tokens": s["tokens"], "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
                "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled}
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
+        if self.translation:
+            out.update(translation.summary_fields(s))
         out.update(extra or {})
         if self.dist.main:
             write_atomic(self.out / "summary.json", json.dumps(out, indent=2) + "\n")
@@ -183,7 +191,7 @@ class Trainer:
             return self.summary("completed", start)
         logger = MetricsLogger(self.out, start, t.steps, self.state["train_seconds"], self.dist.main, self.progress)
         stop = _SignalFlag()
-        tokens_per_step = t.batch_size * self.cfg.data.seq_len
+        tokens_per_step = getattr(self.batches[0], "tokens_per_step", t.batch_size * self.cfg.data.seq_len)
         window, step, status, extra = [], start, "completed", {}
         stall = stall_detector(t, self.corpus, self.state)
         wall0 = time.perf_counter() - self.state["wall_seconds"]
@@ -219,6 +227,8 @@ class Trainer:
                         best = self.state["best_eval_loss"]
                         self.state.update(last_eval_loss=ev, best_eval_loss=ev if best is None else min(best, ev))
                         row = dict(row or {"step": done}, eval_loss=ev)
+                        if self.translation:
+                            row.update(translation.evaluate_bleu(self))
                     if row is not None:
                         logger.write(row)
                     logger.advance()

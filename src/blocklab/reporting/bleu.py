@@ -1,0 +1,72 @@
+"""BLEU against steps for translation runs (the `bleu` values of metrics.jsonl), and one sentence on them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from blocklab.reporting.figures import _end_marker, _figure, _legend, _save, group_styles
+from blocklab.reporting.runs import Run
+
+
+def plot_bleu(runs: list[Run], path: Path) -> Path | None:
+    """BLEU of each run's evaluations against the training step; None when no run logged BLEU."""
+    styles = group_styles(runs)
+    fig, ax = _figure()
+    labelled = set()
+    for r in runs:
+        xs, ys = r.series("bleu")
+        if not ys:
+            continue
+        colour, ls = styles[r.name]
+        label = None if r.group in labelled else f"{r.group_label} [{r.block}]"
+        labelled.add(r.group)
+        ax.plot(xs, ys, color=colour, ls=ls, marker="o", ms=3.5, lw=1.4, label=label)
+        _end_marker(ax, r, xs, ys, colour)
+    if not labelled:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        return None
+    ax.set_xlabel("training step")
+    ax.set_ylabel("BLEU (sacrebleu, validation pairs, greedy)")
+    ax.set_title("BLEU against steps", fontsize=10)
+    ax.grid(alpha=0.3)
+    _legend(ax, len(labelled))
+    return _save(fig, path)
+
+
+def bleu_sentence(runs: list[Run]) -> str:
+    """The best and the worst final BLEU among the runs that logged it."""
+    finals = []
+    for r in runs:
+        xs, ys = r.series("bleu")
+        if ys:
+            finals.append((ys[-1], max(ys), r.label, r.status))
+    if not finals:
+        return ""
+    finals.sort(reverse=True)
+    top, low = finals[0], finals[-1]
+    text = f"Highest final BLEU: {top[0]:.2f} ({top[2]})"
+    if len(finals) > 1:
+        text += f"; lowest: {low[0]:.2f} ({low[2]}, {low[3]})"
+    return text + ". BLEU is measured at each evaluation on the same validation pairs, decoded greedily."
+
+
+def bleu_table(runs: list[Run]) -> str | None:
+    """One line per translation run: status, final and best BLEU (summary.json), final evaluation loss."""
+    lines = []
+    for r in runs:
+        s = r.summary or {}
+        xs, ys = r.series("bleu")
+        if not ys and s.get("final_bleu") is None:
+            continue
+        final = s.get("final_bleu", ys[-1] if ys else None)
+        best = s.get("best_bleu", max(ys) if ys else None)
+        ev = s.get("final_eval_loss")
+        lines.append(f"{r.label:<32} {r.status:<12} {_num(final):>10} {_num(best):>9} {_num(ev, '.3f'):>15}")
+    if not lines:
+        return None
+    return f"{'run':<32} {'status':<12} {'final BLEU':>10} {'best BLEU':>9} {'final eval loss':>15}\n" + "\n".join(lines)
+
+
+def _num(x, fmt: str = ".2f") -> str:
+    return "n/a" if x is None else format(x, fmt)
