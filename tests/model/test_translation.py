@@ -4,7 +4,7 @@ import torch
 
 from blocklab import ModelConfig, build_model
 from blocklab.model.beam import beam_search
-from blocklab.model.seq2seq import EOS_ID, PAD_ID, Seq2Seq, _key_mask
+from blocklab.model.seq2seq import EOS_ID, MASK_ID, PAD_ID, Seq2Seq, _key_mask
 from tests.helpers import randomize, small_cfg
 
 BLOCKS = ("post-ln", "pre-ln")
@@ -126,8 +126,11 @@ def test_beam_search_with_one_beam_is_greedy(block):
 
 
 def _sequence_logprob(m, src, mask, tokens):
-    """Sum of log p(token) of each generated row up to its <eod> (teacher-forced full forward)."""
-    logp = torch.log_softmax(m(src, mask, decoder_input_ids=tokens[:, :-1]).logits, -1)
+    """Sum of log p(token) of each generated row up to its <eod> (teacher-forced full forward), under the
+    decoding distribution: <pad> and <mask> ruled out."""
+    logits = m(src, mask, decoder_input_ids=tokens[:, :-1]).logits
+    logits[..., [PAD_ID, MASK_ID]] = float("-inf")
+    logp = torch.log_softmax(logits, -1)
     lab = tokens[:, 1:]
     per = logp.gather(2, lab[..., None])[..., 0]
     keep = torch.ones_like(lab, dtype=torch.bool)
@@ -154,6 +157,52 @@ def test_beam_search_scores_are_the_models_and_beat_greedy(block):
     ended = (greedy == EOS_ID)[:, 1:].any(1)
     assert (res.scores[ended] >= g[ended] - 1e-4).all()
     assert m.generate(src, mask, max_new_tokens=10, num_beams=4).shape[0] == 3
+
+
+def ending_sooner(m, bonus):
+    """The model with `bonus` added to the <eod> logit while decoding: hypotheses end within the limit."""
+    step = m.decode_step
+
+    def biased(*args):
+        logits = step(*args)
+        logits[:, EOS_ID] += bonus
+        return logits
+
+    m.decode_step = biased
+    return m
+
+
+def lengths(tokens):
+    return torch.tensor([int((row[1:] != PAD_ID).sum()) for row in tokens], dtype=torch.float)
+
+
+def test_length_penalty_ranks_by_score_over_length():
+    m = ending_sooner(model_for("pre-ln", seed=3), 6.0)
+    src = ids(3, 6, 0)
+    got = {}
+    for lp in (0.0, 1.0, 3.0):
+        res = got[lp] = beam_search(m, src, None, num_beams=4, max_new_tokens=10, length_penalty=lp)
+        assert (res.tokens == EOS_ID)[:, 1:].any(1).all()  # finished hypotheses, not the length limit
+        torch.testing.assert_close(res.normalized, res.scores / lengths(res.tokens) ** lp)
+    # the same hypotheses are found whatever the penalty; a larger exponent never picks a shorter one,
+    # and here it picks a longer one for some sentence
+    assert (lengths(got[3.0].tokens) >= lengths(got[0.0].tokens)).all()
+    assert (lengths(got[3.0].tokens) > lengths(got[0.0].tokens)).any()
+
+
+def test_decoding_never_produces_pad_or_mask():
+    m = model_for("post-ln")
+    step = m.decode_step
+
+    def likes_pad(*args):
+        logits = step(*args)
+        logits[:, :2] += 100.0
+        return logits
+
+    m.decode_step = likes_pad
+    for beams in (1, 3):
+        out = m.generate(ids(2, 5, 0), max_new_tokens=6, num_beams=beams)
+        assert not ((out[:, 1:] == PAD_ID) | (out[:, 1:] == MASK_ID)).any()
 
 
 def test_generate_output_layout_and_length_limit():

@@ -39,7 +39,7 @@ def beam_search(model, input_ids, attention_mask=None, num_beams: int = 4, max_n
     base = (torch.arange(B, device=dev) * K)[:, None]
     steps = model.max_new_tokens(max_new_tokens)
     for t in range(steps):
-        logp = torch.log_softmax(model.decode_step(tokens[:, -1:], t, cache, src_mask), -1)
+        logp = torch.log_softmax(model.next_token_logits(tokens[:, -1:], t, cache, src_mask), -1)
         V = logp.shape[-1]
         cand = (scores.view(B * K, 1) + logp).view(B, K * V)
         top, idx = cand.topk(2 * K, dim=1)

@@ -33,8 +33,8 @@ from blocklab.model.loss import IGNORE_INDEX, chunked_cross_entropy
 from blocklab.model.model import init_weights, sinusoidal
 
 # blocklab's tokenizer puts its special tokens first: <pad> 0, <mask> 1, <eod> 2. <eod> ends a
-# sentence and, as in fairseq, starts the decoder's input.
-PAD_ID, EOS_ID = 0, 2
+# sentence and, as in fairseq, starts the decoder's input; decoding never produces <pad> or <mask>.
+PAD_ID, MASK_ID, EOS_ID = 0, 1, 2
 
 
 @dataclass
@@ -231,6 +231,12 @@ class Seq2Seq(nn.Module):
             x = block(x, (c.cross_k, c.cross_v), src_mask, cache=c)
         return (self.decoder_norm(x[:, -1]) @ self.head_weight.t()).float()
 
+    def next_token_logits(self, tokens, position, cache, src_mask) -> torch.Tensor:
+        """decode_step's logits with the tokens no translation contains (<pad>, <mask>) ruled out."""
+        logits = self.decode_step(tokens, position, cache, src_mask)
+        logits[:, [PAD_ID, MASK_ID]] = float("-inf")
+        return logits
+
     def max_new_tokens(self, asked: int) -> int:
         return max(0, min(asked, self.cfg.max_seq_len - 1))  # the start token takes target position 0
 
@@ -242,7 +248,7 @@ class Seq2Seq(nn.Module):
         out = torch.full((input_ids.shape[0], 1), self.eos_id, dtype=torch.long, device=input_ids.device)
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         for t in range(self.max_new_tokens(max_new_tokens)):
-            nxt = self.decode_step(out[:, -1:], t, cache, src_mask).argmax(-1)
+            nxt = self.next_token_logits(out[:, -1:], t, cache, src_mask).argmax(-1)
             nxt = nxt.masked_fill(done, self.pad_id)
             out = torch.cat([out, nxt[:, None]], 1)
             done |= nxt == self.eos_id
