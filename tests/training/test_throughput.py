@@ -3,6 +3,7 @@ import json
 import time
 
 import pytest
+import torch
 
 from blocklab import build_model
 from blocklab.training import Trainer, load_config, train
@@ -41,6 +42,15 @@ def test_flops_per_token_counts_every_matmul_and_the_tied_head():
     d, f, L, V, T = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.vocab_size, 16
     per_block = 4 * d * d + 2 * d * f
     assert flops_per_token(model, T) == 6 * (L * per_block + V * d) + 12 * L * T * d
+
+
+def test_translation_flops_count_decoder_self_and_cross_attention():
+    cfg = small_cfg("pre-ln", "translation", n_decoder_layers=2)
+    model = build_model(cfg)
+    T, d = 16, cfg.d_model
+    attention = flops_per_token(model, T) - 6 * sum(
+        m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) - 6 * model.head_weight.numel()
+    assert attention == 12 * (cfg.n_layers + 2 * 2) * T * d
 
 
 def test_summary_reports_the_steady_rate_when_the_first_step_is_slow(tmp_path, overrides, monkeypatch):

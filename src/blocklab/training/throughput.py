@@ -35,7 +35,10 @@ def flops_per_token(model: nn.Module, seq_len: int) -> float:
     if head is not None and not any(m.weight is head for m in model.modules() if isinstance(m, nn.Linear)):
         linear += head.numel()  # a tied head is the embedding matrix, not an nn.Linear
     cfg = model.cfg
-    return 6.0 * linear + 12.0 * cfg.n_layers * seq_len * cfg.d_model
+    attn_layers = cfg.n_layers
+    if cfg.task == "translation":  # each decoder block attends twice: to itself and to the source
+        attn_layers += 2 * (getattr(cfg, "n_decoder_layers", None) or cfg.n_layers)
+    return 6.0 * linear + 12.0 * attn_layers * seq_len * cfg.d_model
 
 
 @functools.lru_cache(maxsize=None)
