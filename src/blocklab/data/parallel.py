@@ -15,7 +15,6 @@ target, each followed by <eod>; <eod> is also the end of sentence and the decode
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 from blocklab.data.config import DataConfig
 from blocklab.data.corpus import Corpus, prepare
 from blocklab.data.documents import DocStream, Document, SplitRule, fingerprint_docs
+from blocklab.data.sources import json_lines
 from blocklab.errors import UserError
 
 PAIRS_FORMAT = 1  # bump when the cleaning or the pair layout changes: old cache entries stop matching
@@ -103,15 +103,9 @@ def _pair_of(record, src: str, tgt: str, where: str, key: str | None = None) -> 
 
 
 def read_jsonl(path: Path, src: str, tgt: str) -> ParallelText:
-    raw = []
-    for n, line in enumerate(_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path} line {n}: invalid JSON ({e.msg})") from None
-        raw.append(_pair_of(record, src, tgt, f"{path} line {n}"))
+    raw = [_pair_of(record, src, tgt, f"{path} line {n}") for n, record in json_lines(path)]
+    if not raw:
+        raise UserError(f"data file {path} is empty")
     return _unique(raw, str(path), "jsonl")
 
 

@@ -39,21 +39,26 @@ def _load_text_file(path: Path) -> LoadedCorpus:
     return LoadedCorpus("file", str(path), [Document(path.name, text)], 0, 0)
 
 
-def _load_jsonl(path: Path, field: str = "text") -> LoadedCorpus:
+def json_lines(path: Path):
+    """(line number, record) for each non-blank line of a JSON-lines file; a bad line is one UserError."""
     data = _read_bytes(path)
     try:
         content = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise UserError(f"{path} line {line}: not valid UTF-8") from None
-    docs, empty = [], 0
     for n, line in enumerate(content.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            yield n, json.loads(line)
         except json.JSONDecodeError as e:
             raise UserError(f"{path} line {n}: invalid JSON ({e.msg})") from None
+
+
+def _load_jsonl(path: Path, field: str = "text") -> LoadedCorpus:
+    docs, empty = [], 0
+    for n, record in json_lines(path):
         if not isinstance(record, dict) or field not in record:
             raise UserError(f'{path} line {n}: no "{field}" field (set data.text_field)')
         if not isinstance(record[field], str):
