@@ -53,6 +53,20 @@ if triton is not None:
         return ok
 
     @triton.jit
+    def _tile(X, base, offs, offs_d, T, D):
+        """Rows `offs` of one (T, D) head, zeros outside it."""
+        mask = (offs[:, None] < T) & (offs_d[None, :] < D)
+        return tl.load(X + base + offs[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
+
+    @triton.jit
+    def _probs_and_ds(q, k, v, do, lse, delta, ok, beta, scale):
+        """The recomputed probabilities P and dS = P (beta dO V^T - delta) of one (query, key) tile."""
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
+        dp = beta * tl.dot(do, tl.trans(v), input_precision="ieee")
+        return p, p * (dp - delta[:, None])
+
+    @triton.jit
     def _fwd(Q, K, V, KM, GA, GB, GC, OUT, ATT, CV, LSE, CNT, H, T, D, scale,
              CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, HAS_GAMMA: tl.constexpr,
              BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
@@ -61,7 +75,7 @@ if triton is not None:
         offs_m = pid_m * BM + tl.arange(0, BM)
         offs_d = tl.arange(0, BD)
         rows = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        q = tl.load(Q + base + offs_m[:, None] * D + offs_d[None, :], mask=rows, other=0.0)
+        q = _tile(Q, base, offs_m, offs_d, T, D)
         m_i = tl.full([BM], float("-inf"), tl.float32)
         l_i = tl.zeros([BM], tl.float32)
         acc = tl.zeros([BM, BD], tl.float32)
@@ -70,9 +84,7 @@ if triton is not None:
         hi = tl.minimum(T, (pid_m + 1) * BM) if CAUSAL else T
         for start_n in range(0, hi, BN):
             offs_n = start_n + tl.arange(0, BN)
-            cols = (offs_n[:, None] < T) & (offs_d[None, :] < D)
-            k = tl.load(K + base + offs_n[:, None] * D + offs_d[None, :], mask=cols, other=0.0)
-            v = tl.load(V + base + offs_n[:, None] * D + offs_d[None, :], mask=cols, other=0.0)
+            k, v = _tile(K, base, offs_n, offs_d, T, D), _tile(V, base, offs_n, offs_d, T, D)
             ok = _valid(offs_m, offs_n, b, KM, T, CAUSAL, HAS_MASK)
             s = tl.where(ok, tl.dot(q, tl.trans(k), input_precision="ieee") * scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -87,7 +99,7 @@ if triton is not None:
                 vsum += tl.dot(w, v, input_precision="ieee")
                 cnt += tl.sum(ok.to(tl.float32), 1)
         att = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        out = tl.load(GA + h) * tl.load(V + base + offs_m[:, None] * D + offs_d[None, :], mask=rows, other=0.0)
+        out = tl.load(GA + h) * _tile(V, base, offs_m, offs_d, T, D)
         out += tl.load(GB + h) * att
         ptrs = base + offs_m[:, None] * D + offs_d[None, :]
         if HAS_GAMMA:
@@ -112,32 +124,26 @@ if triton is not None:
         offs_n = pid_n * BN + tl.arange(0, BN)
         offs_d = tl.arange(0, BD)
         cols = (offs_n[:, None] < T) & (offs_d[None, :] < D)
-        k = tl.load(K + base + offs_n[:, None] * D + offs_d[None, :], mask=cols, other=0.0)
-        v = tl.load(V + base + offs_n[:, None] * D + offs_d[None, :], mask=cols, other=0.0)
+        k, v = _tile(K, base, offs_n, offs_d, T, D), _tile(V, base, offs_n, offs_d, T, D)
         dk = tl.zeros([BN, BD], tl.float32)
         dv = tl.zeros([BN, BD], tl.float32)
         dv_c = tl.zeros([BN, BD], tl.float32)
         lo = (pid_n * BN // BM) * BM if CAUSAL else 0
         for start_m in range(lo, T, BM):
             offs_m = start_m + tl.arange(0, BM)
-            rows = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-            q = tl.load(Q + base + offs_m[:, None] * D + offs_d[None, :], mask=rows, other=0.0)
-            do = tl.load(DO + base + offs_m[:, None] * D + offs_d[None, :], mask=rows, other=0.0)
+            q, do = _tile(Q, base, offs_m, offs_d, T, D), _tile(DO, base, offs_m, offs_d, T, D)
             lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
             delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
             ok = _valid(offs_m, offs_n, b, KM, T, CAUSAL, HAS_MASK)
-            s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
-            p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
+            p, ds = _probs_and_ds(q, k, v, do, lse, delta, ok, beta, scale)
             dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision="ieee")
-            dp = beta * tl.dot(do, tl.trans(v), input_precision="ieee")
-            ds = p * (dp - delta[:, None])
             dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision="ieee")
             if HAS_GAMMA:
                 cnt = tl.load(CNT + bh * T + offs_m, mask=offs_m < T, other=1.0)
                 c = tl.where(ok, 1.0 / tl.maximum(cnt, 1.0)[:, None], 0.0)
                 dv_c += tl.dot(tl.trans(c).to(do.dtype), do, input_precision="ieee")
         # The identity term alpha V: key row j's own output row j.
-        do_n = tl.load(DO + base + offs_n[:, None] * D + offs_d[None, :], mask=cols, other=0.0)
+        do_n = _tile(DO, base, offs_n, offs_d, T, D)
         dv = beta * dv + tl.load(GA + h) * do_n.to(tl.float32)
         if HAS_GAMMA:
             dv -= tl.load(GC + h) * dv_c
@@ -156,22 +162,16 @@ if triton is not None:
         offs_m = pid_m * BM + tl.arange(0, BM)
         offs_d = tl.arange(0, BD)
         rows = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        q = tl.load(Q + base + offs_m[:, None] * D + offs_d[None, :], mask=rows, other=0.0)
-        do = tl.load(DO + base + offs_m[:, None] * D + offs_d[None, :], mask=rows, other=0.0)
+        q, do = _tile(Q, base, offs_m, offs_d, T, D), _tile(DO, base, offs_m, offs_d, T, D)
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
         delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
         dq = tl.zeros([BM, BD], tl.float32)
         hi = tl.minimum(T, (pid_m + 1) * BM) if CAUSAL else T
         for start_n in range(0, hi, BN):
             offs_n = start_n + tl.arange(0, BN)
-            cols = (offs_n[:, None] < T) & (offs_d[None, :] < D)
-            k = tl.load(K + base + offs_n[:, None] * D + offs_d[None, :], mask=cols, other=0.0)
-            v = tl.load(V + base + offs_n[:, None] * D + offs_d[None, :], mask=cols, other=0.0)
+            k, v = _tile(K, base, offs_n, offs_d, T, D), _tile(V, base, offs_n, offs_d, T, D)
             ok = _valid(offs_m, offs_n, b, KM, T, CAUSAL, HAS_MASK)
-            s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
-            p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
-            dp = beta * tl.dot(do, tl.trans(v), input_precision="ieee")
-            ds = p * (dp - delta[:, None])
+            _, ds = _probs_and_ds(q, k, v, do, lse, delta, ok, beta, scale)
             dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee")
         tl.store(DQ + base + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=rows)
 
