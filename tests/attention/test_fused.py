@@ -9,7 +9,7 @@ import torch
 from blocklab import build_model
 from blocklab.attention.centring import centring_matrix
 from blocklab.attention.functional import attention_matrix
-from blocklab.attention.fused import fused_shaped_attention, unavailable_reason
+from blocklab.attention.fused import fused_shaped_attention, triton, unavailable_reason
 from blocklab.attention.modules import resolve_impl
 from tests.helpers import randomize, small_cfg
 
@@ -136,3 +136,18 @@ def test_cuda_memory_is_linear_in_T():
         peaks.append(torch.cuda.max_memory_allocated() - base)
     # 4x the tokens: a T x T buffer would cost 16x; O(T d) buffers cost 4x.
     assert peaks[1] / peaks[0] < 6
+
+
+@pytest.mark.skipif(triton is None, reason="needs the triton package")
+def test_kernels_lower_to_h100_binaries():
+    """The interpreter never lowers the kernels: build them for sm_90 with triton's bundled ptxas."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "compile_fused_sm90.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert r.stdout.count("cubin") == 3
