@@ -3,34 +3,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blocklab.reporting.figures import _end_marker, _figure, _legend, _save, group_styles
+from blocklab.reporting.figures import _figure, _legend, _save, plot_eval_series
 from blocklab.reporting.runs import Run
 
 
 def plot_bleu(runs: list[Run], path: Path) -> Path | None:
     """BLEU of each run's evaluations against the training step; None when no run logged BLEU."""
-    styles = group_styles(runs)
     fig, ax = _figure()
-    labelled = set()
-    for r in runs:
-        xs, ys = r.series("bleu")
-        if not ys:
-            continue
-        colour, ls = styles[r.name]
-        label = None if r.group in labelled else f"{r.group_label} [{r.block}]"
-        labelled.add(r.group)
-        ax.plot(xs, ys, color=colour, ls=ls, marker="o", ms=3.5, lw=1.4, label=label)
-        _end_marker(ax, r, xs, ys, colour)
-    if not labelled:
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
-        return None
+    n = plot_eval_series(ax, runs, "bleu")
+    if not n:
+        return None  # a matplotlib Figure outside pyplot: nothing to close
     ax.set_xlabel("training step")
     ax.set_ylabel("BLEU (sacrebleu, validation pairs, greedy)")
     ax.set_title("BLEU against steps", fontsize=10)
     ax.grid(alpha=0.3)
-    _legend(ax, len(labelled))
+    _legend(ax, n)
     return _save(fig, path)
 
 

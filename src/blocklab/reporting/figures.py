@@ -181,13 +181,13 @@ def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path
     return _save(fig, path)
 
 
-def plot_eval_loss(runs: list[Run], path: Path) -> Path | None:
-    """Evaluation loss against steps; the seeds of a group share colour, style and one legend entry."""
+def plot_eval_series(ax, runs: list[Run], key: str) -> int:
+    """Each run's `key` (an evaluation metric) against steps, markers at the evaluations; the seeds of
+    a group share colour, style and one legend entry. Returns the number of groups drawn."""
     styles = group_styles(runs)
-    fig, ax = _figure()
     labelled = set()
     for r in runs:
-        xs, ys = r.series("eval_loss")
+        xs, ys = r.series(key)
         if not ys:
             continue
         colour, ls = styles[r.name]
@@ -197,7 +197,13 @@ def plot_eval_loss(runs: list[Run], path: Path) -> Path | None:
         labelled.add(r.group)
         ax.plot(xs, ys, color=colour, ls=ls, marker="o", ms=3.5, lw=1.4, label=label)
         _end_marker(ax, r, xs, ys, colour)
-    n = len(labelled)
+    return len(labelled)
+
+
+def plot_eval_loss(runs: list[Run], path: Path) -> Path | None:
+    """Evaluation loss against steps; the seeds of a group share colour, style and one legend entry."""
+    fig, ax = _figure()
+    n = plot_eval_series(ax, runs, "eval_loss")
     if not n:
         return None
     for h in unigram_entropies(runs):

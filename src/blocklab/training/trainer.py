@@ -80,6 +80,8 @@ class Trainer:
         if self.compiled:
             # Regional compilation: each block once (they share code, so one compile serves all of
             # them), the embeddings and the chunked loss stay eager. Seconds, not a minute, at 18 layers.
+            # A translation model's `blocks` are its encoder; the decoder blocks stay eager, since
+            # cached decoding calls them with a new shape at every generated token.
             for block in self.model.blocks:
                 block.compile()
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
