@@ -10,6 +10,11 @@ import torch
 # is read when a kernel is defined, so it must be set before any test module imports blocklab.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+else:
+    # One tile configuration per fused kernel: the kernel tests span ~240 autotuning keys, and
+    # autotuning each would compile every candidate (thousands of builds). The autotuned path is
+    # tested in a fresh process by tests/attention/test_fused_buffers.py.
+    os.environ.setdefault("BLOCKLAB_FUSED_AUTOTUNE", "0")
 
 
 @pytest.fixture(autouse=True)
