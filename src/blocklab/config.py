@@ -56,7 +56,7 @@ class ModelConfig:
     norm: str = "rmsnorm"
     activation: str = "relu"
     init: str = "normal"
-    attn_impl: str = "auto"  # auto: fused on CUDA (with triton), sdpa elsewhere; see attention.resolve_impl
+    attn_impl: str = "auto"  # auto: the measured default per device type, attention.modules.AUTO_IMPL
     beta_ff: float | None = None  # None: the block's default (0.1 where the block has beta_FF)
     beta_sa: float | None = None  # None: 1.0 (sas-p family only)
     beta_v: float = 0.2           # shaped-vp: initial beta_V of W = alpha_V I + beta_V dW

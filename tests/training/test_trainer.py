@@ -17,6 +17,7 @@ def test_run_directory_holds_everything(tmp_path, overrides):
     s = train(load_config(None, overrides), tmp_path / "r", progress=False)
     run = tmp_path / "r"
     assert s["status"] == "completed" and s["step"] == 20 and s["n_params"] > 0 and s["tokens_per_s"] > 0
+    assert s["attn_impl"] == "sdpa"  # attn_impl "auto", resolved for the CPU
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 21))  # log_every 1: every step's loss
     assert {"step", "loss", "lr", "tokens_per_s"} <= set(rows[0])

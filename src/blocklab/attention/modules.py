@@ -6,18 +6,33 @@ import torch.nn as nn
 
 from blocklab.attention.centring import centring_matrix, centred_mean
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
-from blocklab.attention.fused import fused_shaped_attention, unavailable_reason
+from blocklab.attention.fused import fused_shaped_attention
 from blocklab.config import ModelConfig
 from blocklab.layers import gain
 
 
 def resolve_impl(impl: str, device: torch.device) -> str:
-    """The attention path to run: "auto" is the fastest correct one for the device (fused on CUDA
-    when triton is installed, sdpa otherwise); it is resolved per call so a model keeps "auto" in its
-    config and follows .to(device)."""
+    """The attention path to run. "auto" is the fastest path measured correct on that kind of device
+    (SPEC section 2; `blocklab check` and benchmarks/RESULTS.md): sdpa on CPU, and on CUDA until the
+    fused kernel's autotuned path has been checked correct on a GPU. Resolved per call, so a model
+    keeps "auto" in its config and follows .to(device)."""
     if impl == "auto":
-        return "fused" if device.type == "cuda" and unavailable_reason(device) is None else "sdpa"
+        return AUTO_IMPL.get(device.type, "sdpa")
     return impl
+
+
+# Device type -> the path "auto" runs there; change an entry only with a measurement behind it.
+AUTO_IMPL = {"cpu": "sdpa", "cuda": "sdpa"}
+
+
+def attention_path(model: nn.Module, device: torch.device) -> str:
+    """The path a model's attention actually runs on `device` (summary.json, the run log): the
+    resolved shaped-attention path, or for softmax-only models the one MultiHeadAttention takes."""
+    shaped = [m for m in model.modules() if isinstance(m, ShapedAttention)]
+    if shaped:
+        return resolve_impl(shaped[0].cfg.attn_impl, device)
+    mha = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    return mha[0].impl if mha else "none"
 
 
 class MultiHeadAttention(nn.Module):
@@ -29,12 +44,15 @@ class MultiHeadAttention(nn.Module):
         self.cfg = cfg
         self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
 
+    @property
+    def impl(self) -> str:
+        # Softmax attention has no gains to fuse: "fused" and "auto" run SDPA's own flash kernels.
+        return "materialized" if self.cfg.attn_impl == "materialized" else "sdpa"
+
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         H = self.cfg.n_heads
         q, k, v = (split_heads(f(x), H) for f in (self.q, self.k, self.v))
-        # Softmax attention has no gains to fuse: "fused" runs SDPA's own flash kernels.
-        impl = "materialized" if self.cfg.attn_impl == "materialized" else "sdpa"
-        out = softmax_attention(q, k, v, self.cfg.causal, key_mask, impl)
+        out = softmax_attention(q, k, v, self.cfg.causal, key_mask, self.impl)
         return self.proj(merge_heads(out))
 
 

@@ -72,7 +72,7 @@ def add_parser(sub) -> None:
                         "[:sdpa|fused|materialized], e.g. pre-ln:bf16:compile,sas-p:bf16:compile (default: none)")
     p.add_argument("--attn-impl", default="sdpa", metavar="{sdpa,fused,materialized,auto}",
                    help="sdpa (SDPA + running mean, default), fused (the Triton kernel, CUDA), "
-                        "materialized (T x T matrix) or auto (fused on CUDA, sdpa on CPU)")
+                        "materialized (T x T matrix) or auto (the measured default of the device, see README)")
     p.add_argument("--adamw", default="fused", metavar="{fused,foreach,loop}",
                    help="AdamW implementation: fused (one kernel; 4-7x faster than loop on CPU), foreach, or loop "
                         "(PyTorch's CPU default) (default: fused)")

@@ -18,6 +18,7 @@ from blocklab.training import distributed, translation
 from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from blocklab.training.config import RunConfig, load_config, to_toml
+from blocklab.attention.modules import attention_path
 from blocklab.training.logger import MetricsLogger
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
 from blocklab.training.stall import stall_detector
@@ -168,7 +169,8 @@ class Trainer:
                "initial_loss": s["initial_loss"], "final_loss": s["last_loss"],
                "final_eval_loss": s["last_eval_loss"], "best_eval_loss": s["best_eval_loss"],
                "tokens": s["tokens"], "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
-               "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled}
+               "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled,
+               "attn_impl": attention_path(self.model, self.dist.device)}
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
         if self.translation:
             out.update(translation.summary_fields(s))
@@ -191,6 +193,9 @@ class Trainer:
             self.corpus.tokenizer.save(str(self.out / "tokenizer.json"))
         if start >= t.steps:
             return self.summary("completed", start)
+        if self.dist.main:
+            self.log(f"attention path: {attention_path(self.model, self.dist.device)} "
+                     f"(attn_impl={self.cfg.model.attn_impl!r} on {self.dist.device.type})")
         logger = MetricsLogger(self.out, start, t.steps, self.state["train_seconds"], self.dist.main, self.progress)
         stop = _SignalFlag()
         tokens_per_step = getattr(self.batches[0], "tokens_per_step", t.batch_size * self.cfg.data.seq_len)
