@@ -7,7 +7,7 @@ import sys
 
 from blocklab.errors import UserError
 
-COMMANDS = ("train", "generate", "translate", "probe", "compare", "report", "bench")
+COMMANDS = ("train", "generate", "translate", "probe", "compare", "report", "bench", "check")
 OVERRIDE_SECTIONS = ("model", "data", "train")
 
 
