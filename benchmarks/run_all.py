@@ -115,7 +115,7 @@ def targets(runs: dict) -> list[dict]:
                          f"{gpu['machine'].get('gpu')}: " + "; ".join(parts)))
     else:
         out.append(check("GPU: he-codeparrot shape, bf16 + compile, pre-ln and sas-p", None,
-                         "not measured: no CUDA device on this machine"))
+                         "not measured by this run: no CUDA device on this machine (see the GPU section below)"))
     return out
 
 
@@ -124,7 +124,7 @@ def markdown(runs: dict, cmds: dict, checks: list[dict], started: str, wall: flo
     m = any_run["machine"]
     lines = ["# blocklab benchmark results", "",
              f"Generated {started} by `python benchmarks/run_all.py{' --quick' if quick else ''}` (`make bench`) "
-             f"in {wall / 60:.1f} minutes. Regenerate with the same command; every number below comes from that one run.",
+             f"in {wall / 60:.1f} minutes. Regenerate with the same command; every number above the GPU section comes from that one run.",
              "", "## Machine", "",
              f"- {describe(m)}",
              f"- {m['cpu_count']} logical CPUs, {fmt_bytes(m['memory_total_bytes'])} RAM, Python {m['python']}, {m['platform']}",
@@ -180,6 +180,20 @@ def markdown(runs: dict, cmds: dict, checks: list[dict], started: str, wall: flo
     return "\n".join(lines)
 
 
+KEEP_MARKER = "<!-- measured by other commands (GPU, memory): run_all.py keeps everything below -->"
+
+
+def kept_sections(path: str) -> str:
+    """The hand-run sections below KEEP_MARKER (GPU tables, other scripts): this run cannot remeasure them."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    i = text.find(KEEP_MARKER)
+    return "\n\n" + text[i:] if i >= 0 else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of this script")
@@ -207,8 +221,10 @@ def main(argv: list[str] | None = None) -> int:
                    "commands": {k: "blocklab bench " + shlex.join(v) for k, v in cmds.items()},
                    "targets": checks, "runs": runs}, f, indent=1, default=str)
         f.write("\n")
-    with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
-        f.write(markdown(runs, cmds, checks, started, wall, args.quick))
+    path = os.path.join(args.out, "RESULTS.md")
+    kept = kept_sections(path)
+    with open(path, "w") as f:
+        f.write(markdown(runs, cmds, checks, started, wall, args.quick) + kept)
     for c in checks:
         print(f"[run_all] target {'MET' if c['met'] else 'NOT MET' if c['met'] is False else 'n/a'}: "
               f"{c['target']}: {c['detail']}", file=sys.stderr)
