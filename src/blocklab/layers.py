@@ -35,7 +35,14 @@ class MLP(nn.Module):
         self.act = nn.ReLU() if activation == "relu" else nn.GELU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        # On 2-D rows, so that the activation feeds fc2's matmul with no view in between. With a
+        # (B, T, d) input, torch.compile's partitioner sees the ReLU output and its 2-D view as two
+        # tensors and saves a separate bool mask `relu <= 0` for the backward; the CPU code inductor
+        # writes for bool loads and stores is about 40x slower than for bf16 (torch 2.13: 20 ms
+        # forward + 12 ms backward per layer at 1024 x 3072 on one thread, against 1.5 ms without it).
+        # On 2-D rows the mask is recomputed from the saved ReLU output. Same math, eager unchanged.
+        rows = x.reshape(-1, x.shape[-1])
+        return self.fc2(self.act(self.fc1(rows))).view(*x.shape[:-1], -1)
 
 
 class Dropout(nn.Dropout):
