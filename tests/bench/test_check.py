@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from blocklab.attention import centring, functional
+from blocklab.attention import centring, modules
 from blocklab.bench import check
 from blocklab.bench.check_paths import PATHS, Path
 from blocklab.cli import main
@@ -49,7 +49,7 @@ def test_sdpa_and_materialized_are_correct_on_cpu_and_timed():
 
 def test_a_wrong_forward_is_reported_with_its_case(monkeypatch):
     real = centring.centred_mean
-    monkeypatch.setattr(centring, "centred_mean", lambda v, causal, key_mask=None: real(v, causal, key_mask) * 1.05)
+    monkeypatch.setattr(modules, "centred_mean", lambda v, causal, key_mask=None: real(v, causal, key_mask) * 1.05)
     result = tiny(["sdpa", "materialized"])
     sdpa = result["paths"]["sdpa"]
     assert not result["ok"] and sdpa["status"] == "wrong"
@@ -60,11 +60,11 @@ def test_a_wrong_forward_is_reported_with_its_case(monkeypatch):
 
 def test_a_wrong_gradient_alone_is_caught(monkeypatch):
     """The forward is exact; only dL/dk is scaled by 1.5. Only a gradient comparison sees it."""
-    real = functional.softmax_attention
+    real = modules.softmax_attention
 
     def grad_k_off(q, k, v, causal, key_mask=None, impl="sdpa"):
         return real(q, 1.5 * k - 0.5 * k.detach(), v, causal, key_mask, impl)
-    monkeypatch.setattr(functional, "softmax_attention", grad_k_off)
+    monkeypatch.setattr(modules, "softmax_attention", grad_k_off)
     result = tiny(["sdpa", "materialized"])
     sdpa = result["paths"]["sdpa"]
     assert sdpa["status"] == "wrong" and sdpa["reason"].startswith("grad k rel err")
@@ -116,7 +116,7 @@ def test_auto_warns_when_another_correct_path_is_faster():
 def test_cli_exit_1_and_a_table_when_a_path_is_wrong(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(check, "PATHS", {n: PATHS[n] for n in ("sdpa", "materialized")})
     real = centring.centred_mean
-    monkeypatch.setattr(centring, "centred_mean", lambda v, causal, key_mask=None: real(v, causal, key_mask) + 0.1)
+    monkeypatch.setattr(modules, "centred_mean", lambda v, causal, key_mask=None: real(v, causal, key_mask) + 0.1)
     out = tmp_path / "check.json"
     assert main(["check", "--device", "cpu", "--shapes", "16", "--reps", "1", "--json", str(out)]) == 1
     cap = capsys.readouterr()

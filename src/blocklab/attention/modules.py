@@ -95,23 +95,28 @@ class ShapedAttention(nn.Module):
         self.value, self.proj = value, proj
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
-        cfg, H = self.cfg, self.cfg.n_heads
+        H = self.cfg.n_heads
         q, k = split_heads(self.q(x), H), split_heads(self.k(x), H)
         v = split_heads(self.value(x) if self.value is not None else x, H)
-        alpha, beta = self.alpha.view(1, H, 1, 1), self.beta.view(1, H, 1, 1)
-        impl = resolve_impl(cfg.attn_impl, x.device)
-        if impl == "fused":
-            out = fused_shaped_attention(q, k, v, self.alpha, self.beta, self.gamma, cfg.causal, key_mask)
-        elif impl == "materialized":
-            T = x.shape[1]
-            m = alpha * torch.eye(T, device=x.device, dtype=v.dtype) + beta * attention_matrix(q, k, cfg.causal, key_mask)
-            if self.gamma is not None:
-                m = m - self.gamma.view(1, H, 1, 1) * centring_matrix(T, cfg.causal, key_mask, x.device, v.dtype)
-            out = m @ v
-        else:
-            # addcmul: the same sums in fewer elementwise passes (forward and backward).
-            out = torch.addcmul(alpha * v, beta, softmax_attention(q, k, v, cfg.causal, key_mask, "sdpa"))
-            if self.gamma is not None:
-                out = torch.addcmul(out, -self.gamma.view(1, H, 1, 1), centred_mean(v, cfg.causal, key_mask))
-        out = merge_heads(out)
+        impl = resolve_impl(self.cfg.attn_impl, x.device)
+        out = merge_heads(shaped_attention(q, k, v, self.alpha, self.beta, self.gamma, self.cfg.causal, key_mask, impl))
         return self.proj(out) if self.proj is not None else out
+
+
+def shaped_attention(q, k, v, alpha, beta, gamma, causal: bool, key_mask=None, impl: str = "sdpa") -> torch.Tensor:
+    """(alpha_h I + beta_h A_h - gamma_h C) V_h for (B, H, T, d_h) inputs and (H,) gains, gamma
+    optional, by the path `impl` (He & Hofmann eq. 6; SPEC section 2, "Fast shaped attention")."""
+    H, T = q.shape[1], q.shape[-2]
+    if impl == "fused":
+        return fused_shaped_attention(q, k, v, alpha, beta, gamma, causal, key_mask)
+    a, b = alpha.view(1, H, 1, 1), beta.view(1, H, 1, 1)
+    if impl == "materialized":
+        m = a * torch.eye(T, device=q.device, dtype=v.dtype) + b * attention_matrix(q, k, causal, key_mask)
+        if gamma is not None:
+            m = m - gamma.view(1, H, 1, 1) * centring_matrix(T, causal, key_mask, q.device, v.dtype)
+        return m @ v
+    # addcmul: the same sums in fewer elementwise passes (forward and backward).
+    out = torch.addcmul(a * v, b, softmax_attention(q, k, v, causal, key_mask, "sdpa"))
+    if gamma is not None:
+        out = torch.addcmul(out, -gamma.view(1, H, 1, 1), centred_mean(v, causal, key_mask))
+    return out

@@ -1,9 +1,10 @@
 """The attention paths `blocklab check` compares, their float64 reference, and their inputs.
 
 Shaped attention (SAS), per head: (alpha_h I + beta_h A_h - gamma_h C) V_h, by three paths named
-as `attn_impl` names them; plain softmax attention A V (pre-ln's MHA) by two. The path functions
-combine the same library functions `ShapedAttention` and `MultiHeadAttention` call, looked up at
-call time so a test can break one and see the check report it.
+as `attn_impl` names them; plain softmax attention A V (pre-ln's MHA) by two. The shaped paths are
+`modules.shaped_attention`, the function `ShapedAttention` runs; the softmax paths are what
+`MultiHeadAttention` calls. Looked up at call time, so a test can break one and see the check
+report it.
 """
 from __future__ import annotations
 
@@ -12,32 +13,21 @@ from typing import Callable
 
 import torch
 
-from blocklab.attention import centring, functional, fused
+from blocklab.attention import functional, fused, modules
 from blocklab.attention.functional import split_heads
-
-
-def _gains(t: torch.Tensor, H: int) -> torch.Tensor:
-    return t.view(1, H, 1, 1)
 
 
 def shaped_materialized(q, k, v, a, b, g, causal, key_mask):
     """The T x T formula, as `ShapedAttention` forms it; in float64 it is the reference."""
-    T, H = q.shape[-2], q.shape[1]
-    m = _gains(a, H) * torch.eye(T, device=q.device, dtype=v.dtype)
-    m = m + _gains(b, H) * functional.attention_matrix(q, k, causal, key_mask)
-    m = m - _gains(g, H) * centring.centring_matrix(T, causal, key_mask, q.device, v.dtype)
-    return m @ v
+    return modules.shaped_attention(q, k, v, a, b, g, causal, key_mask, "materialized")
 
 
 def shaped_sdpa(q, k, v, a, b, g, causal, key_mask):
-    H = q.shape[1]
-    att = functional.softmax_attention(q, k, v, causal, key_mask, "sdpa")
-    out = torch.addcmul(_gains(a, H) * v, _gains(b, H), att)
-    return torch.addcmul(out, -_gains(g, H), centring.centred_mean(v, causal, key_mask))
+    return modules.shaped_attention(q, k, v, a, b, g, causal, key_mask, "sdpa")
 
 
 def shaped_fused(q, k, v, a, b, g, causal, key_mask):
-    return fused.fused_shaped_attention(q, k, v, a, b, g, causal, key_mask)
+    return modules.shaped_attention(q, k, v, a, b, g, causal, key_mask, "fused")
 
 
 def softmax_materialized(q, k, v, causal, key_mask):
