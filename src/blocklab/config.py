@@ -5,9 +5,7 @@ import functools
 from dataclasses import asdict, dataclass, fields
 
 TASKS = ("clm", "mlm", "translation")
-# The blocks an encoder-decoder (task="translation") is offered with: Xiong et al.'s two (model/seq2seq.py).
-TRANSLATION_BLOCKS = ("post-ln", "pre-ln")
-DROPOUT_BLOCKS = ("post-ln", "pre-ln", "parallel")
+# Which block offers which task and whether dropout applies to it are facts of its BlockSpec (blocks/registry.py).
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("relu", "gelu")
 INITS = ("normal", "xavier")
@@ -92,17 +90,17 @@ class ModelConfig:
         positive("norm_eps", float(self.norm_eps) if isinstance(self.norm_eps, int) else self.norm_eps, float)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout={self.dropout!r} is not valid; it must be a number in [0, 1)")
-        if self.dropout and self.block not in DROPOUT_BLOCKS:
+        spec = REGISTRY[self.block]
+        if self.dropout and not spec.dropout:
             raise ValueError(f"dropout={self.dropout!r} does not apply to block {self.block!r}; "
-                             f"it applies to: {', '.join(DROPOUT_BLOCKS)}")
+                             f"it applies to: {', '.join(b for b, s in REGISTRY.items() if s.dropout)}")
         if self.n_decoder_layers is not None:
             positive("n_decoder_layers", self.n_decoder_layers)
             if self.task != "translation":
                 raise ValueError(f"n_decoder_layers={self.n_decoder_layers!r} applies to task='translation' only")
-        if self.task == "translation" and self.block not in TRANSLATION_BLOCKS:
-            raise ValueError(f"block={self.block!r} is not offered for task='translation'; "
-                             f"choose one of: {', '.join(TRANSLATION_BLOCKS)}")
-        spec = REGISTRY[self.block]
+        if self.task not in spec.tasks:
+            raise ValueError(f"block={self.block!r} is not offered for task={self.task!r}; "
+                             f"choose one of: {', '.join(b for b, s in REGISTRY.items() if self.task in s.tasks)}")
         for name, default in (("beta_ff", spec.beta_ff), ("beta_sa", spec.beta_sa)):
             value = getattr(self, name)
             if value is None:

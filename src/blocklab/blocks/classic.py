@@ -1,10 +1,18 @@
-"""The classic blocks: Post-LN, Pre-LN (Xiong et al.) and the parallel block (GPT-J)."""
+"""The classic blocks: Post-LN, Pre-LN (Xiong et al.) and the parallel block (GPT-J).
+
+Post-LN and Pre-LN also have a decoder block for the encoder-decoder (task="translation"): a causal
+self-attention, a cross-attention over the encoder output and the MLP, arranged as the block says:
+
+    post-ln:  u = Norm(x + SA(x));        v = Norm(u + CA(u, m));        y = Norm(v + MLP(v))
+    pre-ln:   u = x + SA(Norm(x));        v = u + CA(Norm(u), m);        y = v + MLP(Norm(v))
+"""
 from __future__ import annotations
 
 import torch.nn as nn
 
 from blocklab.attention import MultiHeadAttention
-from blocklab.blocks.registry import register
+from blocklab.blocks.decoder import DecoderBlock
+from blocklab.blocks.registry import Predictions, register
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, Dropout, make_norm
 
@@ -18,7 +26,24 @@ class _Classic(nn.Module):
         self.drop = Dropout(cfg.dropout)  # on each residual branch, as in fairseq; identity at the default 0
 
 
-@register("post-ln", final_norm=False)
+class PostLNDecoderBlock(DecoderBlock):
+    def forward(self, x, memory_kv, src_mask=None, self_mask=None, cache=None):
+        u = self.norms[0](x + self.drop(self.sa(x, self_mask, cache)))
+        v = self.norms[1](u + self.drop(self.ca(u, memory_kv, src_mask)))
+        return self.norms[2](v + self.drop(self.mlp(v)))
+
+
+class PreLNDecoderBlock(DecoderBlock):
+    def forward(self, x, memory_kv, src_mask=None, self_mask=None, cache=None):
+        u = x + self.drop(self.sa(self.norms[0](x), self_mask, cache))
+        v = u + self.drop(self.ca(self.norms[1](u), memory_kv, src_mask))
+        return v + self.drop(self.mlp(self.norms[2](v)))
+
+
+@register("post-ln", label="Post-LN", family="classic", colour="#d62728", final_norm=False, dropout=True,
+          decoder=PostLNDecoderBlock,
+          predictions=Predictions(hidden_norm="unit", hidden_norm_source="unit-gain Norm after each block: d",
+                                  last_ffn_slope=0.0, last_ffn_source="Xiong et al. Thm 1: Post-LN constant in L"))
 class PostLN(_Classic):
     """u = Norm(x + MHA(x)); y = Norm(u + MLP(u))."""
 
@@ -30,7 +55,11 @@ class PostLN(_Classic):
         return self.norms[1](u + self.drop(self.mlp(u)))
 
 
-@register("pre-ln")
+@register("pre-ln", label="Pre-LN", family="classic", colour="#1f77b4", dropout=True, decoder=PreLNDecoderBlock,
+          predictions=Predictions(hidden_norm="residual",
+                                  hidden_norm_source="Xiong et al. Lemma 2 (constants of this config)",
+                                  lemma2_paper=True, last_ffn_slope=-0.5,
+                                  last_ffn_source="Xiong et al. Thm 1: Pre-LN ~ 1/sqrt(L)"))
 class PreLN(_Classic):
     """u = x + MHA(Norm(x)); y = u + MLP(Norm(u))."""
 
@@ -42,7 +71,11 @@ class PreLN(_Classic):
         return u + self.drop(self.mlp(self.norms[1](u)))
 
 
-@register("parallel")
+@register("parallel", label="parallel", family="classic", colour="#9467bd", dropout=True,
+          predictions=Predictions(hidden_norm="residual",
+                                  hidden_norm_source="Xiong et al. Lemma 2 argument (constants of this config)",
+                                  last_ffn_slope=-0.5,
+                                  last_ffn_source="Xiong et al. Thm 1 argument (residual norm ~ L): ~ 1/sqrt(L)"))
 class Parallel(_Classic):
     """y = x + MHA(Norm(x)) + MLP(Norm(x)), one shared norm."""
 

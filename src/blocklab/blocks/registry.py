@@ -1,25 +1,174 @@
-"""The block registry: name -> block class and the block's defaults. The only place blocks are listed."""
+"""The block registry: name -> BlockSpec, every fact about a block. The only place blocks are listed.
+
+Adding a block is one class, one `register(...)` on it, and its tests: the config's validation
+(blocklab.config), the models (model/), the probes' predictions (probes/predictions.py) and the
+report's labels and colours (reporting/) all read the block's spec from `REGISTRY`.
+"""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from blocklab.config import TASKS, choice
+
+# classic: Post-LN, Pre-LN and the parallel block (SPEC section 2); simplified: He & Hofmann's blocks;
+# successor: the published blocks of SPEC section 2b; ablation: a probe's contrast, not a block to train.
+FAMILIES = ("classic", "simplified", "successor", "ablation")
+
+# The laws of E|x_l|^2 at initialisation that probes/predictions.py knows, by the block shape they follow.
+HIDDEN_NORM_LAWS = {
+    "residual": "x + sub-layers on normed inputs: each block adds the MLP's variance and at most the "
+                "attention's (Xiong et al. Lemma 2)",
+    "unit": "a unit-gain Norm ends every block: d",
+    "identity-attention": "attention is the identity at init, then u + beta_FF MLP(Norm(u))",
+    "no-skip": "beta_SA Norm(x) + beta_FF MLP(Norm(x)), attention the identity at init",
+    "no-skip-no-norm": "no-skip on the first block; later blocks multiply the norm by beta_SA^2 + beta_FF^2 ffn",
+    "value-projection": "attention = W^P W^V Norm(x) at init, then u + beta_FF MLP(Norm(u))",
+    "softmax-no-skip": "u = A Norm(x), |u|^2 between 0 and d, then u + beta_FF MLP(Norm(u))",
+}
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+_COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
+
+
+def _flag(owner: str, field: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner} {field}={value!r} is not valid; choose one of: True, False")
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """What the papers predict for a block at initialisation; probes/predictions.py turns it into numbers.
+
+    `hidden_norm`: a key of HIDDEN_NORM_LAWS (None: no paper covers the block) and `hidden_norm_source`
+    the sentence that cites it; `lemma2_paper`: Xiong et al.'s Lemma 2 as published applies (Pre-LN);
+    `last_ffn_slope`: Theorem 1's log-log slope of the last FFN's gradient norm against depth, with
+    `last_ffn_source` (None: no paper predicts one).
+    """
+
+    hidden_norm: str | None = None
+    hidden_norm_source: str | None = None
+    lemma2_paper: bool = False
+    last_ffn_slope: float | None = None
+    last_ffn_source: str | None = None
+
+    @property
+    def identity_attention(self) -> bool:
+        """Shaped attention: the attention sub-block is the identity map at init, so each token keeps
+        its input geometry (no rank collapse; the cosine plot draws the input level)."""
+        return self.hidden_norm in ("identity-attention", "no-skip", "no-skip-no-norm")
+
+    def __post_init__(self) -> None:
+        if self.hidden_norm is not None:
+            choice("hidden_norm", self.hidden_norm, tuple(HIDDEN_NORM_LAWS))
+        if (self.hidden_norm is None) != (not self.hidden_norm_source):
+            raise ValueError(f"hidden_norm={self.hidden_norm!r} needs a hidden_norm_source, and only it: "
+                             f"got hidden_norm_source={self.hidden_norm_source!r}")
+        _flag("Predictions", "lemma2_paper", self.lemma2_paper)
+        if self.lemma2_paper and self.hidden_norm != "residual":
+            raise ValueError(f"lemma2_paper=True needs hidden_norm='residual', not {self.hidden_norm!r}")
+        slope = self.last_ffn_slope
+        if slope is not None and (isinstance(slope, bool) or not isinstance(slope, (int, float))):
+            raise ValueError(f"last_ffn_slope={slope!r} is not valid; it must be a number or None")
+        if (slope is None) != (not self.last_ffn_source):
+            raise ValueError(f"last_ffn_slope={slope!r} needs a last_ffn_source, and only it: "
+                             f"got last_ffn_source={self.last_ffn_source!r}")
 
 
 @dataclass(frozen=True)
 class BlockSpec:
+    """Every fact about a block, validated at construction (ValueError naming the field, the bad value
+    and the valid choices).
+
+    cls          the block: `cls(cfg, layer)`, `forward(x, key_mask=None)`
+    label        display name in reports and figures ("Pre-LN"), unique
+    family       one of FAMILIES
+    colour       "#rrggbb", the block's colour in every figure, unique
+    beta_ff      default beta_FF; None: the block has no beta_FF
+    beta_sa      default beta_SA; None: the block has no beta_SA
+    final_norm   a Norm after the last block
+    has_norms    the block carries Norm layers (False: it does without, bar the stack's first and final norm)
+    dropout      `ModelConfig.dropout` applies (a Dropout on each residual branch)
+    decoder      the decoder block class for task="translation" (`decoder(cfg, layer)`), or None
+    tasks        the tasks it is offered for; None: every task of config.TASKS, translation only with a
+                 decoder. "translation" in tasks if and only if decoder is set.
+    predictions  what the papers predict at init (Predictions)
+    """
+
     cls: type
-    beta_ff: float | None = None  # default beta_FF; None: the block has no beta_FF
-    beta_sa: float | None = None  # default beta_SA; None: the block has no beta_SA
-    final_norm: bool = True       # a Norm after the last block
-    public: bool = True           # False: an ablation for the probes, not a block of SPEC section 2
+    label: str
+    family: str
+    colour: str
+    beta_ff: float | None = None
+    beta_sa: float | None = None
+    final_norm: bool = True
+    has_norms: bool = True
+    dropout: bool = False
+    decoder: type | None = None
+    tasks: tuple[str, ...] | None = None
+    predictions: Predictions = Predictions()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cls, type):
+            raise ValueError(f"BlockSpec cls={self.cls!r} is not valid; it must be a class")
+        if not isinstance(self.label, str) or not self.label.strip():
+            raise ValueError(f"BlockSpec label={self.label!r} is not valid; it must be a non-empty string")
+        choice("family", self.family, FAMILIES)
+        if not isinstance(self.colour, str) or not _COLOUR.fullmatch(self.colour):
+            raise ValueError(f"BlockSpec colour={self.colour!r} is not valid; it must be '#rrggbb'")
+        for name in ("beta_ff", "beta_sa"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"BlockSpec {name}={v!r} is not valid; it must be a number or None")
+        for name in ("final_norm", "has_norms", "dropout"):
+            _flag("BlockSpec", name, getattr(self, name))
+        if self.decoder is not None and not isinstance(self.decoder, type):
+            raise ValueError(f"BlockSpec decoder={self.decoder!r} is not valid; it must be a class or None")
+        tasks = self.tasks
+        if tasks is None:
+            tasks = tuple(t for t in TASKS if t != "translation" or self.decoder is not None)
+        elif isinstance(tasks, str) or not tasks:
+            raise ValueError(f"BlockSpec tasks={tasks!r} is not valid; give a non-empty tuple of: {', '.join(TASKS)}")
+        for t in tasks:
+            choice("tasks", t, TASKS)
+        if ("translation" in tasks) != (self.decoder is not None):
+            raise ValueError(f"BlockSpec tasks={tuple(tasks)!r} with decoder={self.decoder!r}: 'translation' is "
+                             "offered if and only if the block has a decoder")
+        object.__setattr__(self, "tasks", tuple(tasks))
+        if not isinstance(self.predictions, Predictions):
+            raise ValueError(f"BlockSpec predictions={self.predictions!r} is not valid; it must be a Predictions")
+
+    @property
+    def public(self) -> bool:
+        """A block of SPEC sections 2 and 2b (listed in BLOCKS), not an ablation for the probes."""
+        return self.family != "ablation"
 
 
 REGISTRY: dict[str, BlockSpec] = {}
 
 
-def register(name: str, **spec):
+def register(name: str, **facts):
+    """Class decorator: REGISTRY[name] = BlockSpec(cls, **facts); name, label and colour must be new."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"block name {name!r} is not valid; use lower-case letters, digits and '-'")
+
     def wrap(cls):
-        REGISTRY[name] = BlockSpec(cls, **spec)
+        spec = BlockSpec(cls, **facts)
+        if name in REGISTRY:
+            raise ValueError(f"block {name!r} is already registered")
+        for field in ("label", "colour"):
+            taken = [b for b, s in REGISTRY.items() if getattr(s, field).lower() == getattr(spec, field).lower()]
+            if taken:
+                raise ValueError(f"{field}={getattr(spec, field)!r} of block {name!r} is already block {taken[0]!r}'s")
+        REGISTRY[name] = spec
         cls.name = name
         return cls
 
     return wrap
+
+
+def unregister(name: str) -> BlockSpec:
+    """Remove a block (tests register throwaway blocks); returns its spec."""
+    if name not in REGISTRY:
+        raise ValueError(f"block={name!r} is not registered; choose one of: {', '.join(REGISTRY)}")
+    return REGISTRY.pop(name)

@@ -5,9 +5,13 @@ import torch
 import torch.nn as nn
 
 from blocklab.attention import IdentityPlus, ShapedAttention
-from blocklab.blocks.registry import register
+from blocklab.blocks.registry import Predictions, register
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, gain, make_norm
+
+# The probes' source for every prediction below: shaped attention is the identity at init (He & Hofmann),
+# then the variance argument of Xiong et al.'s Lemma 2.
+_HH = "He & Hofmann identity at init + Lemma 2 variance argument"
 
 
 def sas(cfg: ModelConfig, layer: int) -> ShapedAttention:
@@ -31,7 +35,8 @@ class _Sequential(nn.Module):
         return u + self.beta_ff * self.mlp(self.norm2(u))
 
 
-@register("v-skipinit", beta_ff=0.1)
+@register("v-skipinit", label="V-SkipInit", family="simplified", colour="#8c564b", beta_ff=0.1,
+          predictions=Predictions(hidden_norm="value-projection", hidden_norm_source=_HH))
 class VSkipInit(_Sequential):
     """Attention matrix alpha I + beta A(X) (alpha=1, beta=0 at init) with W^V, W^P; MLP keeps its skip."""
 
@@ -42,7 +47,8 @@ class VSkipInit(_Sequential):
         super().__init__(cfg, attn)
 
 
-@register("shaped-vp", beta_ff=0.1)
+@register("shaped-vp", label="shaped value/projection", family="simplified", colour="#e377c2", beta_ff=0.1,
+          predictions=Predictions(hidden_norm="identity-attention", hidden_norm_source=_HH))
 class ShapedVP(_Sequential):
     """SAS with W^V, W^P kept as alpha_V I + beta_V dW, to watch beta_V / alpha_V during training."""
 
@@ -52,7 +58,8 @@ class ShapedVP(_Sequential):
         super().__init__(cfg, attn)
 
 
-@register("sas", beta_ff=0.1)
+@register("sas", label="SAS", family="simplified", colour="#ff7f0e", beta_ff=0.1,
+          predictions=Predictions(hidden_norm="identity-attention", hidden_norm_source=_HH))
 class SAS(_Sequential):
     """u = SAS(Norm(x)); y = u + beta_FF MLP(Norm(u))."""
 
@@ -60,7 +67,8 @@ class SAS(_Sequential):
         super().__init__(cfg, sas(cfg, layer))
 
 
-@register("sas-p", beta_ff=0.1, beta_sa=1.0)
+@register("sas-p", label="SAS-P", family="simplified", colour="#2ca02c", beta_ff=0.1, beta_sa=1.0,
+          predictions=Predictions(hidden_norm="no-skip", hidden_norm_source=_HH))
 class SASP(nn.Module):
     """y = beta_SA SAS(Norm(x)) + beta_FF MLP(Norm(x)): no skip at all, one shared norm."""
 
@@ -77,7 +85,9 @@ class SASP(nn.Module):
         return torch.addcmul(self.beta_sa * self.attn(h, key_mask), self.beta_ff, self.mlp(h))
 
 
-@register("sas-p-nonorm", beta_ff=0.1, beta_sa=1.0)
+@register("sas-p-nonorm", label="SAS-P without norms", family="simplified", colour="#bcbd22", beta_ff=0.1,
+          beta_sa=1.0, has_norms=False,
+          predictions=Predictions(hidden_norm="no-skip-no-norm", hidden_norm_source=_HH))
 class SASPNoNorm(SASP):
     """sas-p without norms, except on the first block's input (and the model's final norm)."""
 
@@ -85,7 +95,8 @@ class SASPNoNorm(SASP):
         super().__init__(cfg, layer, norm=layer == 0)
 
 
-@register("softmax-noskip", beta_ff=0.1, public=False)
+@register("softmax-noskip", label="softmax-noskip", family="ablation", colour="#7f7f7f", beta_ff=0.1,
+          predictions=Predictions(hidden_norm="softmax-no-skip", hidden_norm_source=_HH))
 class SoftmaxNoSkip(_Sequential):
     """Ablation for rank collapse: u = A(Norm(x)) Norm(x), plain softmax attention and no skip."""
 

@@ -1,15 +1,17 @@
 """The encoder-decoder Transformer of Xiong et al.'s translation experiments (fairseq's `transformer`).
 
 Encoder: `n_layers` blocks of the chosen type (the registry's Post-LN / Pre-LN blocks, bidirectional,
-source padding as a key mask). Decoder: `n_decoder_layers` blocks, each a causal self-attention, a
-cross-attention over the encoder output and the MLP sub-block, arranged as the block type says:
+source padding as a key mask). Decoder: `n_decoder_layers` of the block's decoder blocks (its
+`BlockSpec.decoder`, blocks/decoder.py), each a causal self-attention, a cross-attention over the
+encoder output and the MLP sub-block, arranged as the block type says:
 
     post-ln:  u = Norm(x + SA(x));        v = Norm(u + CA(u, m));        y = Norm(v + MLP(v))
     pre-ln:   u = x + SA(Norm(x));        v = u + CA(Norm(u), m);        y = v + MLP(Norm(v))
 
 with a final Norm after the Pre-LN encoder and decoder (none for Post-LN), dropout on each residual
 branch and on the embeddings (fairseq's `dropout`), one embedding matrix shared by the source, the
-target and the output head. The simplified blocks are not offered here (ModelConfig says so):
+target and the output head. Blocks without a decoder are not offered here (ModelConfig says so);
+the simplified blocks have none:
 shaped attention is defined for self-attention, where `alpha I` is the identity on the sequence; a
 cross-attention has no such identity, so a "simplified" decoder block would be a design of its own.
 
@@ -23,18 +25,17 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from blocklab.attention.functional import merge_heads, split_heads
 from blocklab.blocks import REGISTRY
+from blocklab.blocks.decoder import LayerCache
 from blocklab.config import ModelConfig
-from blocklab.layers import MLP, Dropout, make_norm
-from blocklab.model.loss import IGNORE_INDEX, chunked_cross_entropy
+from blocklab.layers import Dropout, make_norm
+from blocklab.model.loss import chunked_cross_entropy
 from blocklab.model.model import init_weights, sinusoidal
+from blocklab.tokens import EOS_ID, IGNORE_INDEX, MASK_ID, PAD_ID
 
-# blocklab's tokenizer puts its special tokens first: <pad> 0, <mask> 1, <eod> 2. <eod> ends a
-# sentence and, as in fairseq, starts the decoder's input; decoding never produces <pad> or <mask>.
-PAD_ID, MASK_ID, EOS_ID = 0, 1, 2
+# The special ids are blocklab.tokens' (the tokenizer's): <eod> ends a sentence and, as in fairseq,
+# starts the decoder's input; decoding never produces <pad> or <mask>.
 
 
 @dataclass
@@ -44,79 +45,6 @@ class Seq2SeqOutput:
     encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
-class Attention(nn.Module):
-    """MHA(x, m) = concat_h(softmax(Q_h K_h^T / sqrt(d_h)) V_h) W^P with Q from x and K, V from m."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        d = cfg.d_model
-        self.n_heads = cfg.n_heads
-        self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
-
-    def keys_values(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return split_heads(self.k(m), self.n_heads), split_heads(self.v(m), self.n_heads)
-
-    def forward(self, x, k, v, mask=None, causal=False):
-        """`mask`: boolean, True where a query may attend a key, broadcastable to (B, H, Tq, Tk)."""
-        q = split_heads(self.q(x), self.n_heads)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
-        return self.proj(merge_heads(out))
-
-
-class LayerCache:
-    """One decoder layer's keys and values: the source's (fixed) and the target tokens' so far."""
-
-    def __init__(self, cross_k, cross_v):
-        self.cross_k, self.cross_v = cross_k, cross_v
-        self.k = self.v = None
-
-    def append(self, k, v):
-        self.k = k if self.k is None else torch.cat([self.k, k], 2)
-        self.v = v if self.v is None else torch.cat([self.v, v], 2)
-        return self.k, self.v
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep the rows `index` (beam search). Beams move only within their sentence, whose source rows
-        are identical copies, so the cross-attention keys and values stay where they are."""
-        if self.k is not None:
-            self.k, self.v = self.k[index], self.v[index]
-
-
-class DecoderBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int):
-        super().__init__()
-        self.self_attn, self.cross_attn = Attention(cfg), Attention(cfg)
-        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
-        self.norms = nn.ModuleList(make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) for _ in range(3))
-        self.drop = Dropout(cfg.dropout)
-
-    def sa(self, h, self_mask, cache: LayerCache | None):
-        """Causal self-attention; with a cache, `h` holds only the new token, which may see every cached one."""
-        k, v = self.self_attn.keys_values(h)
-        if cache is not None:
-            k, v = cache.append(k, v)
-            return self.self_attn(h, k, v)
-        return self.self_attn(h, k, v, self_mask, causal=True)
-
-    def ca(self, h, memory_kv, src_mask):
-        return self.cross_attn(h, *memory_kv, src_mask)
-
-
-class PostLNDecoderBlock(DecoderBlock):
-    def forward(self, x, memory_kv, src_mask=None, self_mask=None, cache=None):
-        u = self.norms[0](x + self.drop(self.sa(x, self_mask, cache)))
-        v = self.norms[1](u + self.drop(self.ca(u, memory_kv, src_mask)))
-        return self.norms[2](v + self.drop(self.mlp(v)))
-
-
-class PreLNDecoderBlock(DecoderBlock):
-    def forward(self, x, memory_kv, src_mask=None, self_mask=None, cache=None):
-        u = x + self.drop(self.sa(self.norms[0](x), self_mask, cache))
-        v = u + self.drop(self.ca(self.norms[1](u), memory_kv, src_mask))
-        return v + self.drop(self.mlp(self.norms[2](v)))
-
-
-DECODER_BLOCKS = {"post-ln": PostLNDecoderBlock, "pre-ln": PreLNDecoderBlock}
 
 
 def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -144,7 +72,7 @@ class Seq2Seq(nn.Module):
         self.embed_scale = math.sqrt(d) if cfg.init == "xavier" else 1.0
         self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(spec.cls(cfg, i) for i in range(cfg.n_layers))
-        self.decoder_blocks = nn.ModuleList(DECODER_BLOCKS[cfg.block](cfg, i) for i in range(self.n_decoder_layers))
+        self.decoder_blocks = nn.ModuleList(spec.decoder(cfg, i) for i in range(self.n_decoder_layers))
         norm = (lambda: make_norm(cfg.norm, d, cfg.norm_eps)) if spec.final_norm else nn.Identity
         self.encoder_norm, self.decoder_norm = norm(), norm()
         self.head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)

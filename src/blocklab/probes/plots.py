@@ -10,6 +10,8 @@ import os
 
 import numpy as np
 
+from blocklab.blocks import REGISTRY
+
 FIGURES = {
     "hidden_norms": "hidden_norms.png",
     "grad_norms": "grad_norms.png",
@@ -166,7 +168,8 @@ def plot_cosine(result: dict, path) -> str:
             y = _arr(result["results"][block][str(L)]["cosine_similarity"]["mean"])
             ax.plot(range(L + 1), y, "o-", ms=2.5, lw=1.2, color=colours[L], label=f"L={L}")
         ax.axhline(1.0, color="k", ls="--", lw=1, label="rank collapse (cos = 1)")
-        if block.startswith("sas") or block == "shaped-vp":
+        spec = REGISTRY.get(block)
+        if spec is not None and spec.predictions.identity_attention:
             y0 = result["results"][block][str(max(depths))]["cosine_similarity"]["mean"][0]
             if y0 is not None:
                 ax.axhline(y0, color="tab:blue", ls=":", lw=1, label="input (shaped attn = identity at init)")

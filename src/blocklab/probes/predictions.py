@@ -24,15 +24,32 @@ the same variance argument then gives their hidden norms exactly (in expectation
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 
-# Reference log-log slopes of the last FFN output weight's gradient norm against depth.
-LAST_FFN_SLOPE = {
-    "post-ln": (0.0, "Xiong et al. Thm 1: Post-LN constant in L"),
-    "pre-ln": (-0.5, "Xiong et al. Thm 1: Pre-LN ~ 1/sqrt(L)"),
-    "parallel": (-0.5, "Xiong et al. Thm 1 argument (residual norm ~ L): ~ 1/sqrt(L)"),
-}
+from blocklab.blocks import REGISTRY
+
+
+class _LastFFNSlopes(Mapping):
+    """{block: (slope, source)}: Theorem 1's log-log slope of the last FFN output weight's gradient norm
+    against depth, for every registered block whose spec predicts one (read live from the registry)."""
+
+    def _table(self) -> dict:
+        return {b: (s.predictions.last_ffn_slope, s.predictions.last_ffn_source)
+                for b, s in REGISTRY.items() if s.predictions.last_ffn_slope is not None}
+
+    def __getitem__(self, block):
+        return self._table()[block]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+LAST_FFN_SLOPE = _LastFFNSlopes()
 
 
 def lemma2_bounds(l: int, d: int) -> tuple[float, float]:
@@ -90,48 +107,68 @@ def hidden_norm_constants(cfg) -> dict:
     return {"x0": x0, "ffn": ffn, "attn": attn}
 
 
+# One block's step of E|x_l|^2 at init, per law of blocks.HIDDEN_NORM_LAWS: (lower, upper) of block l
+# from those of block l - 1. `first`: l = 1; `c`: hidden_norm_constants; `ff`, `sa`: beta_FF, beta_SA.
+def _residual(lo, hi, first, d, c, ff, sa):  # Lemma 2: the MLP adds its variance, attention 0 .. its own
+    return lo + c["ffn"] * d, hi + (c["ffn"] + c["attn"]) * d
+
+
+def _unit(lo, hi, first, d, c, ff, sa):
+    return post_ln_norm(d), post_ln_norm(d)
+
+
+def _identity_attention(lo, hi, first, d, c, ff, sa):  # u = Norm(x), then u + beta_FF MLP(Norm(u))
+    v = d * (1 + ff ** 2 * c["ffn"])
+    return v, v
+
+
+def _no_skip(lo, hi, first, d, c, ff, sa):  # beta_SA Norm(x) + beta_FF MLP(Norm(x))
+    v = d * (sa ** 2 + ff ** 2 * c["ffn"])
+    return v, v
+
+
+def _no_skip_no_norm(lo, hi, first, d, c, ff, sa):  # no norm after the first block: the gain multiplies
+    if first:
+        return _no_skip(lo, hi, first, d, c, ff, sa)
+    g = sa ** 2 + ff ** 2 * c["ffn"]
+    return lo * g, hi * g
+
+
+def _value_projection(lo, hi, first, d, c, ff, sa):  # attention = W^P W^V Norm(x) at init (alpha=1, beta=0)
+    v = d * (c["attn"] + ff ** 2 * c["ffn"])
+    return v, v
+
+
+def _softmax_no_skip(lo, hi, first, d, c, ff, sa):  # u = A Norm(x): |u|^2 between 0 and d
+    return d * ff ** 2 * c["ffn"], d * (1 + ff ** 2 * c["ffn"])
+
+
+LAWS = {"residual": _residual, "unit": _unit, "identity-attention": _identity_attention, "no-skip": _no_skip,
+        "no-skip-no-norm": _no_skip_no_norm, "value-projection": _value_projection,
+        "softmax-no-skip": _softmax_no_skip}
+
+
 def hidden_norm_prediction(cfg, n_layers: int) -> dict | None:
     """Predicted E|x_l|^2 for l = 0..n_layers (lists `lower`, `upper`, in absolute units).
 
-    Returns None for a block no paper covers. `lower == upper` where the prediction is exact.
+    Returns None for a block no paper covers (its spec's `predictions.hidden_norm` is None).
+    `lower == upper` where the prediction is exact.
     """
-    d, block = cfg.d_model, cfg.block
+    d, spec = cfg.d_model, REGISTRY[cfg.block]
+    pred = spec.predictions
+    if pred.hidden_norm is None:
+        return None
+    step = LAWS[pred.hidden_norm]
     c = hidden_norm_constants(cfg)
-    ff = cfg.resolved("beta_ff") if block not in ("post-ln", "pre-ln", "parallel") else None
-    sa = cfg.resolved("beta_sa") if block.startswith("sas-p") else None
+    ff = cfg.resolved("beta_ff") if spec.beta_ff is not None else None
+    sa = cfg.resolved("beta_sa") if spec.beta_sa is not None else None
     x0 = c["x0"] * d
     lo, hi = [x0], [x0]
     for _ in range(n_layers):
-        if block in ("pre-ln", "parallel"):
-            lo.append(lo[-1] + c["ffn"] * d)
-            hi.append(hi[-1] + (c["ffn"] + c["attn"]) * d)
-        elif block == "post-ln":
-            lo.append(post_ln_norm(d))
-            hi.append(post_ln_norm(d))
-        elif block in ("sas", "shaped-vp"):  # identity attention, then u + beta_FF MLP(Norm(u))
-            v = d * (1 + ff ** 2 * c["ffn"])
-            lo.append(v), hi.append(v)
-        elif block == "sas-p" or (block == "sas-p-nonorm" and len(lo) == 1):
-            v = d * (sa ** 2 + ff ** 2 * c["ffn"])
-            lo.append(v), hi.append(v)
-        elif block == "sas-p-nonorm":  # no norm: the gain multiplies the previous norm
-            lo.append(lo[-1] * (sa ** 2 + ff ** 2 * c["ffn"]))
-            hi.append(hi[-1] * (sa ** 2 + ff ** 2 * c["ffn"]))
-        elif block == "v-skipinit":  # attention = W^P W^V Norm(x) at init (alpha=1, beta=0)
-            v = d * (c["attn"] + ff ** 2 * c["ffn"])
-            lo.append(v), hi.append(v)
-        elif block == "softmax-noskip":  # u = A Norm(x): |u|^2 between 0 and d
-            lo.append(d * ff ** 2 * c["ffn"])
-            hi.append(d * (1 + ff ** 2 * c["ffn"]))
-        else:
-            return None
-    source = {
-        "pre-ln": "Xiong et al. Lemma 2 (constants of this config)",
-        "parallel": "Xiong et al. Lemma 2 argument (constants of this config)",
-        "post-ln": "unit-gain Norm after each block: d",
-    }.get(block, "He & Hofmann identity at init + Lemma 2 variance argument")
-    out = {"lower": lo, "upper": hi, "source": source, "constants": c}
-    if block == "pre-ln":
+        a, b = step(lo[-1], hi[-1], len(lo) == 1, d, c, ff, sa)
+        lo.append(a), hi.append(b)
+    out = {"lower": lo, "upper": hi, "source": pred.hidden_norm_source, "constants": c}
+    if pred.lemma2_paper:
         pl = [lemma2_bounds(l, d) for l in range(n_layers + 1)]
         out["lemma2_paper"] = {"lower": [a for a, _ in pl], "upper": [b for _, b in pl],
                                "source": "Xiong et al. Lemma 2 as published (Xavier, d_ff = d): (1 + l/2) d .. (1 + 3l/2) d"}

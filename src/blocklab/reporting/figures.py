@@ -1,7 +1,7 @@
 """The report's PNG figures: losses against steps and wall-clock time, evaluation loss, gains, init probes.
 
 Matplotlib's object API on the Agg canvas (no pyplot, no global backend change). Every block
-has one colour in every figure (BLOCK_COLOURS); runs of the same block differ by line style
+has one colour in every figure (its BlockSpec's `colour`); runs of the same block differ by line style
 and shade.
 """
 from __future__ import annotations
@@ -16,11 +16,6 @@ import numpy as np
 from blocklab.reporting.analysis import Target, smoothed_loss
 from blocklab.reporting.runs import Run
 
-BLOCK_COLOURS = {
-    "post-ln": "#d62728", "pre-ln": "#1f77b4", "parallel": "#9467bd", "v-skipinit": "#8c564b",
-    "shaped-vp": "#e377c2", "sas": "#ff7f0e", "sas-p": "#2ca02c", "sas-p-nonorm": "#bcbd22",
-    "softmax-noskip": "#7f7f7f",
-}
 _SPARE = ["#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
 _STYLES = ["-", "--", "-.", ":"]
 DPI = 100
@@ -42,8 +37,11 @@ PROBE_CAPTIONS = {  # name in blocklab.probes.plots.FIGURES -> (title, caption)
 
 
 def block_colour(block: str) -> str:
-    if block in BLOCK_COLOURS:
-        return BLOCK_COLOURS[block]
+    """The block's colour (its BlockSpec's); a name the registry does not know gets a spare one."""
+    from blocklab.blocks import REGISTRY
+
+    if block in REGISTRY:
+        return REGISTRY[block].colour
     return _SPARE[sum(map(ord, block)) % len(_SPARE)]
 
 
