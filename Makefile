@@ -17,7 +17,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# lint-imports: the import contracts of pyproject.toml's [tool.importlinter] (the package's layers).
 test: install
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest
 
 demo: install

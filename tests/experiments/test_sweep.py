@@ -122,3 +122,21 @@ def test_sweep_dir_must_match(tmp_path, overrides):
     other = build_sweep({"name": "u", "base": overrides, "runs": [{"name": "b"}]})
     with pytest.raises(UserError, match="holds the sweep"):
         run_sweep(other, tmp_path / "sw", progress=False, log=lambda *a: None)
+
+
+def test_sweep_probes_run_through_the_library_and_fail_in_one_line(tmp_path):
+    from blocklab.experiments import run_probes
+
+    probes = {"blocks": "pre-ln", "depths": "1", "d-model": 16, "n-heads": 2, "d-ff": 32, "seq-len": 8,
+              "batch-size": 2, "vocab-size": 64, "seeds": 1, "batches": 1, "data": "random"}
+    sweep = build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}, "probes": probes})
+    logged = []
+    run_probes(sweep, tmp_path, log=logged.append)
+    assert (tmp_path / "probes" / "probes.json").is_file()
+    assert logged == ["init probes: --blocks pre-ln --depths 1 --d-model 16 --n-heads 2 --d-ff 32 --seq-len 8 "
+                      "--batch-size 2 --vocab-size 64 --seeds 1 --batches 1 --data random"]
+    bad = build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}, "probes": {**sweep.probes, "depths": "0"}})
+    with pytest.raises(UserError) as e:
+        run_probes(bad, tmp_path / "bad", log=lambda _: None)
+    assert str(e.value).startswith("the init probes failed: --depths: '0' is not a positive integer")
+    assert "\n" not in str(e.value)

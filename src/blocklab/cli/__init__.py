@@ -6,25 +6,9 @@ import importlib
 import sys
 
 from blocklab.errors import UserError
+from blocklab.overrides import split_overrides
 
 COMMANDS = ("train", "generate", "translate", "probe", "compare", "report", "bench", "check")
-OVERRIDE_SECTIONS = ("model", "data", "train")
-
-
-def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Pull `--section.key value` pairs out before argparse, which would take the value for a positional."""
-    rest, over, i = [], [], 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("--") and tok[2:].split(".", 1)[0] in OVERRIDE_SECTIONS and "." in tok:
-            over.append(tok)
-            if "=" not in tok and i + 1 < len(argv):
-                over.append(argv[i + 1])
-                i += 1
-        else:
-            rest.append(tok)
-        i += 1
-    return rest, over
 
 
 def build_parser() -> argparse.ArgumentParser:

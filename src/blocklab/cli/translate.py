@@ -19,29 +19,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def read_lines(path: str | None) -> list[str]:
-    import sys
-    from pathlib import Path
-
-    from blocklab.errors import UserError
-
-    if path is None:
-        data = sys.stdin.buffer.read()
-        where = "standard input"
-    else:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            raise UserError(f"cannot read --input {path}: {e.strerror}") from None
-        where = path
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise UserError(f"{where} line {line}: not valid UTF-8") from None
-    return text.splitlines()
-
-
 def load_translation_run(run_dir, device: str = "cpu"):
     """(model, tokenizer, config) of a translation run; anything else is one clear line."""
     from pathlib import Path
@@ -83,8 +60,10 @@ def run(args) -> int:
 
     if args.beam < 1 or args.batch_size < 1 or (args.max_new_tokens is not None and args.max_new_tokens < 1):
         raise UserError("--beam, --batch-size and --max-new-tokens must be positive integers")
+    from blocklab.data.lines import read_lines
+
     loaded = load_translation_run(args.run, args.device)  # a bad run fails before standard input is read
-    lines = read_lines(args.input)
+    lines = read_lines(args.input, "--input")
     for line in translate_lines(loaded, lines, args.beam, args.length_penalty, args.max_new_tokens,
                                 args.batch_size, args.device):
         print(line)

@@ -15,8 +15,8 @@ import torch
 
 from blocklab.data.config import ConfigError
 from blocklab.errors import UserError
+from blocklab.tokens import IGNORE_INDEX  # noqa: F401  (re-exported by blocklab.data)
 
-IGNORE_INDEX = -100  # label value that torch's cross_entropy skips
 VAL_MASK_SEED = 0  # validation masks ignore the training seed: runs compare on one fixed set
 # Independent random streams derived from the same (seed, step).
 _CLM_OFFSETS, _MLM_ROWS, _MLM_MASKS, _VAL_MASKS = 0, 1, 2, 3

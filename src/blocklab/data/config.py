@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blocklab.errors import ConfigError, UserError  # noqa: F401  (ConfigError is re-exported)
+from blocklab.tokens import SPECIAL_TOKENS  # noqa: F401  (re-exported by blocklab.data)
 
 # Byte-level BPE starts from the 256 byte symbols; the three special tokens come on top.
-SPECIAL_TOKENS = ("<pad>", "<mask>", "<eod>")
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
 MAX_VOCAB_SIZE = 2**32 - 1  # token arrays are at most uint32
 

@@ -25,6 +25,7 @@ import numpy as np
 from blocklab.data.config import DataConfig
 from blocklab.data.corpus import Corpus, prepare
 from blocklab.data.documents import DocStream, Document, SplitRule, fingerprint_docs
+from blocklab.data.lines import read_lines
 from blocklab.data.sources import json_lines
 from blocklab.errors import UserError
 
@@ -60,24 +61,12 @@ def _unique(raw, root: str, kind: str, **counts) -> ParallelText:
                                             "kept": len(pairs)})
 
 
-def _lines(path: Path) -> list[str]:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read data file {path}: {e.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise UserError(f"{path} line {line}: not valid UTF-8") from None
-    if not text.strip():
-        raise UserError(f"data file {path} is empty")
-    return text.split("\n")
-
-
 def read_tsv(path: Path) -> ParallelText:
+    lines = read_lines(path)
+    if not any(line.strip() for line in lines):
+        raise UserError(f"data file {path} is empty")
     raw = []
-    for n, line in enumerate(_lines(path), start=1):
+    for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         cols = line.rstrip("\r").split("\t")

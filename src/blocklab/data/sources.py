@@ -15,6 +15,7 @@ from typing import Callable
 from blocklab.data.config import DataConfig
 from blocklab.data.documents import DocStream, Document, SplitRule, decode_text, fingerprint_docs
 from blocklab.data.files import folder_stream, python_stream, stdlib_root, stdlib_stream
+from blocklab.data.lines import read_bytes, read_lines
 from blocklab.errors import UserError
 
 __all__ = ["Document", "LoadedCorpus", "open_stream", "load_corpus", "split_documents", "stdlib_root"]
@@ -30,7 +31,7 @@ class LoadedCorpus:
 
 
 def _load_text_file(path: Path) -> LoadedCorpus:
-    data = _read_bytes(path)
+    data = read_bytes(path)
     if not data:
         raise UserError(f"data file {path} is empty")
     text = decode_text(data)
@@ -41,13 +42,7 @@ def _load_text_file(path: Path) -> LoadedCorpus:
 
 def json_lines(path: Path):
     """(line number, record) for each non-blank line of a JSON-lines file; a bad line is one UserError."""
-    data = _read_bytes(path)
-    try:
-        content = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise UserError(f"{path} line {line}: not valid UTF-8") from None
-    for n, line in enumerate(content.split("\n"), start=1):
+    for n, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
         try:
@@ -70,13 +65,6 @@ def _load_jsonl(path: Path, field: str = "text") -> LoadedCorpus:
     if not docs:
         raise UserError(f'{path} has no documents (no non-empty "{field}" lines)')
     return LoadedCorpus("jsonl", str(path), docs, 0, empty)
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read data file {path}: {e.strerror}") from None
 
 
 def _memory_stream(loaded: LoadedCorpus, val_fraction: float) -> DocStream:

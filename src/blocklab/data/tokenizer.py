@@ -13,9 +13,7 @@ import numpy as np
 import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from blocklab.data.config import SPECIAL_TOKENS
-
-PAD, MASK, EOD = SPECIAL_TOKENS
+from blocklab.tokens import EOD, MASK, PAD, SPECIAL_TOKENS  # noqa: F401  (PAD, MASK, EOD: for the callers)
 
 
 def tokenizer_settings(vocab_size: int) -> dict:
@@ -54,7 +52,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     tok = new_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),  # ids 0, 1, 2 in this order
+        special_tokens=list(SPECIAL_TOKENS),  # first, in this order: the ids of blocklab.tokens
         # All 256 byte symbols, even those the training text lacks, so validation or
         # prompt text with an unseen byte still encodes.
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),

@@ -49,20 +49,21 @@ def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=p
 
 
 def run_probes(sweep: Sweep, out: Path, log=print) -> None:
-    """The sweep's init probes, once (kept if already there), through the `blocklab probe` command."""
+    """The sweep's init probes, once (kept if already there), with the options of `blocklab probe`."""
     if not sweep.probes or (out / "probes" / "probes.json").is_file():
         return
-    from blocklab.cli import main
+    from blocklab.probes.runner import run_options
 
-    args = ["probe", "--out", str(out / "probes")]
+    args = ["--out", str(out / "probes")]
     for key, value in sweep.probes.items():
         args += [f"--{key}", str(value)]
     if sweep.base.get("data", {}).get("source") and "data" not in sweep.probes:
         args += ["--data", str(sweep.base["data"]["source"])]
-    log("init probes: " + " ".join(args[3:]))
-    rc = main(args)
-    if rc:
-        raise UserError(f"the init probes failed (exit {rc})")
+    log("init probes: " + " ".join(args[2:]))
+    try:
+        run_options(args)
+    except UserError as e:
+        raise UserError(f"the init probes failed: {e}") from None
 
 
 def _f(x, fmt=".3f") -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-IGNORE_INDEX = -100
+from blocklab.tokens import IGNORE_INDEX
+
 CHUNK_ELEMENTS = 2**26  # logits per chunk: 256 MB in fp32, whatever the vocabulary
 
 

@@ -8,6 +8,7 @@ import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from blocklab.overrides import parse_overrides as parse_tokens
 from blocklab.config import ModelConfig, choice, positive
 from blocklab.data import DataConfig
 from blocklab.errors import UserError
@@ -95,7 +96,7 @@ def _num(x) -> float:
     return float(x)
 
 
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}  # in blocklab.overrides.SECTIONS' order
 
 
 @dataclass
@@ -164,23 +165,7 @@ def coerce(section: str, key: str, raw: str):
 
 def parse_overrides(tokens: list[str]) -> dict:
     """['--model.block', 'sas-p', '--train.lr=1e-3'] -> {'model': {'block': 'sas-p'}, 'train': {'lr': 0.001}}."""
-    out: dict = {}
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if not tok.startswith("--") or "." not in tok:
-            raise UserError(f"unrecognised argument {tok!r}; overrides look like --model.block sas-p")
-        name, _, value = tok[2:].partition("=")
-        if not _:
-            if i + 1 >= len(tokens):
-                raise UserError(f"--{name} needs a value")
-            value, i = tokens[i + 1], i + 1
-        section, _, key = name.partition(".")
-        if section not in SECTIONS:
-            raise UserError(f"unknown config section in --{name}; valid: {', '.join(SECTIONS)}")
-        out.setdefault(section, {})[key.replace("-", "_")] = coerce(section, key.replace("-", "_"), value)
-        i += 1
-    return out
+    return parse_tokens(tokens, coerce)
 
 
 def read_toml(path: str | Path, what: str = "config file") -> dict:

@@ -9,6 +9,7 @@ from tokenizers import Tokenizer
 
 from blocklab.errors import UserError
 from blocklab.model import build_model
+from blocklab.tokens import EOD
 from blocklab.training.checkpoint import load_checkpoint
 from blocklab.training.config import load_config
 
@@ -66,7 +67,7 @@ def generate_text(run, prompt: str, max_new_tokens: int = 200, temperature: floa
         raise UserError("the prompt is empty")
     gen = torch.Generator(device=device).manual_seed(seed)
     out = sample(model, torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, gen,
-                 stop_id=tokenizer.token_to_id("<eod>"))
+                 stop_id=tokenizer.token_to_id(EOD))
     return tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
 
 

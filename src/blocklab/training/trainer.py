@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
-from blocklab.data import IGNORE_INDEX, ClmBatches, MlmBatches, prepare
+from blocklab.data import ClmBatches, MlmBatches, prepare
 from blocklab.errors import UserError
+from blocklab.tokens import IGNORE_INDEX
 from blocklab.model import build_model, count_parameters
 from blocklab.training import distributed, translation
 from blocklab.atomic import write_atomic

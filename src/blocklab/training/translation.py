@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from blocklab.data import IGNORE_INDEX
 from blocklab.data.parallel import PairIndex, ParallelCorpus, prepare_parallel
 from blocklab.errors import UserError
+from blocklab.tokens import EOS_ID, IGNORE_INDEX, PAD_ID
 
 _TRAIN_ORDER = 7  # the random stream of the training order (data/batches.py uses 0-3)
 
@@ -29,8 +29,6 @@ def prepare_corpus(cfg, log=print) -> ParallelCorpus:
     """The run's parallel corpus, with the stall reference matched to its training objective."""
     corpus = prepare_parallel(cfg.data, log=log)
     corpus.label_smoothing = cfg.train.label_smoothing
-    from blocklab.model.seq2seq import EOS_ID, PAD_ID
-
     if (corpus.pad_id, corpus.eod_id) != (PAD_ID, EOS_ID):
         raise UserError(f"the tokenizer's <pad>/<eod> ids {corpus.pad_id}/{corpus.eod_id} are not the model's "
                         f"{PAD_ID}/{EOS_ID}")
