@@ -78,3 +78,66 @@ def test_cpu_bf16_autocast_runs_the_flash_kernel_in_fp32(monkeypatch):
             out = model(torch.randint(0, 97, (2, 16))).logits
         assert out.dtype == torch.bfloat16  # the rest of the model does run in bf16
     assert seen and all(d == torch.float32 for d in seen)
+
+
+def _mha(impl, causal=None, seed=0):
+    from blocklab.attention import MultiHeadAttention
+
+    torch.manual_seed(seed)
+    cfg = small_cfg("pre-ln", "translation", attn_impl=impl)
+    return randomize(MultiHeadAttention(cfg, causal=causal), seed=seed + 1).double()
+
+
+def _reference(m, x, memory, key_mask, causal):
+    """concat_h(softmax(mask(Q_h K_h^T / sqrt(d_h))) V_h) W^P, written out: the formula, no library function."""
+    B, T, d = x.shape
+    S, H = memory.shape[1], m.cfg.n_heads
+    dh = d // H
+    q = (x @ m.q.weight.t()).view(B, T, H, dh).transpose(1, 2)
+    k = (memory @ m.k.weight.t()).view(B, S, H, dh).transpose(1, 2)
+    v = (memory @ m.v.weight.t()).view(B, S, H, dh).transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / dh ** 0.5
+    ok = torch.ones(B, 1, T, S, dtype=torch.bool)
+    if key_mask is not None:
+        ok = ok & key_mask.bool()[:, None, None, :]
+    if causal:
+        ok = ok & torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    out = scores.masked_fill(~ok, float("-inf")).softmax(-1) @ v
+    return out.transpose(1, 2).reshape(B, T, d) @ m.proj.weight.t()
+
+
+@pytest.mark.parametrize("impl", ["materialized", "sdpa", "fused", "auto"])
+def test_cross_attention_is_the_formula_with_a_key_padding_mask(impl):
+    """Queries from x, keys and values from the memory (another length), padded memory keys never seen."""
+    m = _mha(impl, causal=False)
+    g = torch.Generator().manual_seed(0)
+    x, memory = torch.randn(3, 5, 32, generator=g).double(), torch.randn(3, 7, 32, generator=g).double()
+    key_mask = torch.ones(3, 7, dtype=torch.long)
+    key_mask[0, 4:], key_mask[2, 1:] = 0, 0
+    want = _reference(m, x, memory, key_mask, causal=False)
+    assert close(m(x, key_mask, memory=memory), want, 1e-9)
+    assert close(m(x, key_mask, kv=m.keys_values(memory)), want, 1e-9)
+    # whatever the padded memory rows hold
+    other = memory.clone()
+    other[0, 4:], other[2, 1:] = 5.0, -3.0
+    assert close(m(x, key_mask, memory=other), want, 1e-9)
+    assert close(m(x, None, memory=memory), _reference(m, x, memory, None, causal=False), 1e-9)
+
+
+@pytest.mark.parametrize("impl", ["materialized", "sdpa"])
+def test_incremental_decoding_equals_the_full_causal_pass(impl):
+    """Token by token (and a chunk of several new tokens at once) with a KVCache, as the translation
+    decoder decodes, gives the full causal self-attention's outputs."""
+    from blocklab.attention import KVCache
+
+    m = _mha(impl, causal=True)
+    x = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(1)).double()
+    full = m(x)
+    assert close(full, _reference(m, x, x, None, causal=True), 1e-9)
+    cache = KVCache()
+    steps = [m(x[:, t:t + 1], kv=cache.append(*m.keys_values(x[:, t:t + 1]))) for t in range(4)]
+    steps.append(m(x[:, 4:], kv=cache.append(*m.keys_values(x[:, 4:]))))  # 5 new queries, 9 keys
+    assert cache.k.shape[2] == 9
+    assert close(torch.cat(steps, 1), full, 1e-9)
+    cache.reorder(torch.tensor([1, 0]))
+    torch.testing.assert_close(cache.k[0], m.keys_values(x)[0][1])

@@ -46,7 +46,7 @@ def test_translate_stdin_one_line_per_line(run_dir):
 
 
 def test_translate_file_greedy_equals_library(run_dir, tmp_path, capsys):
-    from blocklab.cli.translate import translate_lines
+    from blocklab.inference import translate_lines
 
     src = tmp_path / "in.txt"
     src.write_text("Haus Baum\nAuto\n")

@@ -4,7 +4,8 @@ import torch
 
 from blocklab import ModelConfig, build_model
 from blocklab.model.beam import beam_search
-from blocklab.model.seq2seq import EOS_ID, MASK_ID, PAD_ID, Seq2Seq, _key_mask
+from blocklab.model.base import padding_mask
+from blocklab.model.seq2seq import EOS_ID, MASK_ID, PAD_ID, Seq2Seq
 from tests.helpers import randomize, small_cfg
 
 BLOCKS = ("post-ln", "pre-ln")
@@ -108,7 +109,7 @@ def test_cached_decoding_equals_the_full_forward(block):
     full = m(src, mask, decoder_input_ids=tgt).logits
     memory, _ = m.encode(src, mask)
     cache = m.init_cache(memory)
-    steps = [m.decode_step(tgt[:, t:t + 1], t, cache, _key_mask(mask)) for t in range(tgt.shape[1])]
+    steps = [m.decode_step(tgt[:, t:t + 1], t, cache, padding_mask(mask)) for t in range(tgt.shape[1])]
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
     assert cache[0].k.shape[2] == tgt.shape[1]  # one key per decoded token: the prefix is never re-run
 

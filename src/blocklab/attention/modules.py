@@ -35,13 +35,38 @@ def attention_path(model: nn.Module, device: torch.device) -> str:
     return mha[0].impl if mha else "none"
 
 
-class MultiHeadAttention(nn.Module):
-    """MHA(X) = concat_h(A_h(X) X W^V_h) W^P (SPEC section 1)."""
+class KVCache:
+    """The keys and values (B, H, T, d_h) of the tokens decoded so far, for one self-attention."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self):
+        self.k = self.v = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k = k if self.k is None else torch.cat([self.k, k], 2)
+        self.v = v if self.v is None else torch.cat([self.v, v], 2)
+        return self.k, self.v
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep the rows `index` (beam search)."""
+        if self.k is not None:
+            self.k, self.v = self.k[index], self.v[index]
+
+
+class MultiHeadAttention(nn.Module):
+    """MHA(X, M) = concat_h(A_h V_h) W^P, A_h = softmax(mask(Q_h K_h^T / sqrt(d_h))), Q = X W^Q,
+    K = M W^K, V = M W^V (SPEC section 1). Self-attention has M = X; a cross-attention (the translation
+    decoder's, over the encoder output) takes M = `memory` with its padding mask. Both run the same
+    `softmax_attention` by the path `attn_impl` says (`impl`).
+
+    `causal` defaults to the model's (cfg.causal); the translation decoder asks for a causal
+    self-attention and a bidirectional cross-attention in a bidirectional-encoder model.
+    """
+
+    def __init__(self, cfg: ModelConfig, causal: bool | None = None):
         super().__init__()
         d = cfg.d_model
         self.cfg = cfg
+        self.causal = cfg.causal if causal is None else causal
         self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
 
     @property
@@ -49,10 +74,29 @@ class MultiHeadAttention(nn.Module):
         # Softmax attention has no gains to fuse: "fused" and "auto" run SDPA's own flash kernels.
         return "materialized" if self.cfg.attn_impl == "materialized" else "sdpa"
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def keys_values(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of `m` (B, T, d), split into heads (B, H, T, d_h): computed once per source when decoding."""
         H = self.cfg.n_heads
-        q, k, v = (split_heads(f(x), H) for f in (self.q, self.k, self.v))
-        out = softmax_attention(q, k, v, self.cfg.causal, key_mask, self.impl)
+        return split_heads(self.k(m), H), split_heads(self.v(m), H)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None, memory: torch.Tensor | None = None,
+                kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x (B, T, d). `key_mask` (B, Tk): True (1) at the keys that may be attended, None for all.
+
+        Self-attention by default. Cross-attention: `memory` (B, S, d), or `kv` = keys_values(memory)
+        computed beforehand (once per source when decoding). Incremental decoding passes as `kv` the
+        keys and values of every token so far (a KVCache), x holding the newest: with fewer queries than
+        keys, the queries are the last positions (attention/functional.py, `allowed_keys`).
+        """
+        H = self.cfg.n_heads
+        q = split_heads(self.q(x), H)
+        if kv is not None:
+            k, v = kv
+        elif memory is not None:
+            k, v = self.keys_values(memory)
+        else:
+            k, v = self.keys_values(x)
+        out = softmax_attention(q, k, v, self.causal, key_mask, self.impl)
         return self.proj(merge_heads(out))
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from blocklab.model.base import padding_mask
+
 
 @dataclass
 class BeamResult:
@@ -24,14 +26,12 @@ class BeamResult:
 @torch.no_grad()
 def beam_search(model, input_ids, attention_mask=None, num_beams: int = 4, max_new_tokens: int = 64,
                 length_penalty: float = 1.0) -> BeamResult:
-    from blocklab.model.seq2seq import _key_mask
-
     B, K, dev = input_ids.shape[0], num_beams, input_ids.device
     eos, pad = model.eos_id, model.pad_id
     memory, _ = model.encode(input_ids, attention_mask)
     memory = memory.repeat_interleave(K, 0)
     mask = attention_mask.repeat_interleave(K, 0) if attention_mask is not None else None
-    cache, src_mask = model.init_cache(memory), _key_mask(mask)
+    cache, src_mask = model.init_cache(memory), padding_mask(mask)
     tokens = torch.full((B * K, 1), eos, dtype=torch.long, device=dev)
     scores = torch.full((B, K), float("-inf"), device=dev)
     scores[:, 0] = 0.0  # all beams start identical: only the first may extend, or the K would be copies

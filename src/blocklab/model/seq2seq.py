@@ -20,7 +20,6 @@ cross-attention keys and values of the source (computed once): each new token co
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +29,8 @@ from blocklab.blocks import REGISTRY
 from blocklab.blocks.decoder import LayerCache
 from blocklab.config import ModelConfig
 from blocklab.layers import Dropout, make_norm
-from blocklab.model.loss import chunked_cross_entropy
-from blocklab.model.model import init_weights, sinusoidal
+from blocklab.model.base import TokenModel, check_ids, init_weights, padding_mask
+from blocklab.model.beam import beam_search
 from blocklab.tokens import EOS_ID, IGNORE_INDEX, MASK_ID, PAD_ID
 
 # The special ids are blocklab.tokens' (the tokenizer's): <eod> ends a sentence and, as in fairseq,
@@ -45,16 +44,7 @@ class Seq2SeqOutput:
     encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
-
-
-def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, Tk) padding mask (1 = token) -> boolean (B, 1, 1, Tk) attention mask; None when nothing is padded."""
-    if mask is None or bool(mask.all()):
-        return None
-    return mask.bool()[:, None, None, :]
-
-
-class Seq2Seq(nn.Module):
+class Seq2Seq(TokenModel):
     """Encoder-decoder translation model; `blocks` are the encoder's, `decoder_blocks` the decoder's."""
 
     pad_id, eos_id = PAD_ID, EOS_ID
@@ -63,50 +53,31 @@ class Seq2Seq(nn.Module):
         super().__init__()
         self.cfg = cfg
         spec = REGISTRY[cfg.block]
-        d = cfg.d_model
-        self.tok = nn.Embedding(cfg.vocab_size, d)  # shared by source, target and (tied) output head
-        if cfg.positions == "learned":
-            self.src_pos, self.tgt_pos = nn.Embedding(cfg.max_seq_len, d), nn.Embedding(cfg.max_seq_len, d)
-        else:
-            self.register_buffer("pos_table", sinusoidal(cfg.max_seq_len, d), persistent=False)
-        self.embed_scale = math.sqrt(d) if cfg.init == "xavier" else 1.0
+        self.embeddings(cfg, "src_pos", "tgt_pos")  # `tok` is shared by source, target and (tied) output head
         self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(spec.cls(cfg, i) for i in range(cfg.n_layers))
         self.decoder_blocks = nn.ModuleList(spec.decoder(cfg, i) for i in range(self.n_decoder_layers))
-        norm = (lambda: make_norm(cfg.norm, d, cfg.norm_eps)) if spec.final_norm else nn.Identity
+        norm = (lambda: make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)) if spec.final_norm else nn.Identity
         self.encoder_norm, self.decoder_norm = norm(), norm()
-        self.head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
+        self.output_head(cfg)
         init_weights(self, cfg)
 
     @property
     def n_decoder_layers(self) -> int:
         return self.cfg.n_decoder_layers or self.cfg.n_layers
 
-    @property
-    def head_weight(self) -> torch.Tensor:
-        return self.head.weight if self.head is not None else self.tok.weight
-
     def embed(self, ids: torch.Tensor, side: str, start: int = 0) -> torch.Tensor:
         T = ids.shape[1]
         if start + T > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {start + T} exceeds max_seq_len={self.cfg.max_seq_len}")
-        if self.cfg.positions == "learned":
-            pos = (self.src_pos if side == "src" else self.tgt_pos).weight[start:start + T]
-        else:
-            pos = self.pos_table[start:start + T]
-        return self.drop(self.tok(ids) * self.embed_scale + pos)
+        return self.drop(self.token_embedding(ids, "src_pos" if side == "src" else "tgt_pos", start))
 
     def encode(self, input_ids, attention_mask=None, output_hidden_states=False):
         """The encoder output (B, S, d) (and each block's output when asked)."""
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+        check_ids(input_ids)
         key_mask = attention_mask.bool() if attention_mask is not None else None
-        x = self.embed(input_ids, "src")
-        hidden = [x]
-        for block in self.blocks:
-            x = block(x, key_mask)
-            hidden.append(x)
-        return self.encoder_norm(x), (tuple(hidden) if output_hidden_states else None)
+        x, hidden = self.run_blocks(self.blocks, self.embed(input_ids, "src"), key_mask, output_hidden_states)
+        return self.encoder_norm(x), hidden
 
     def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [b.cross_attn.keys_values(memory) for b in self.decoder_blocks]
@@ -114,14 +85,7 @@ class Seq2Seq(nn.Module):
     def decode(self, decoder_input_ids, memory, attention_mask=None, decoder_attention_mask=None):
         """Decoder hidden states (B, T, d) after the final norm, for teacher-forced target prefixes."""
         x = self.embed(decoder_input_ids, "tgt")
-        src_mask = _key_mask(attention_mask)
-        self_mask = None
-        if decoder_attention_mask is not None and not bool(decoder_attention_mask.all()):
-            T = x.shape[1]
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            # Padded keys are hidden; each position still sees itself, so a padded row is never empty.
-            self_mask = causal & (decoder_attention_mask.bool()[:, None, None, :] | torch.eye(T, dtype=torch.bool,
-                                                                                              device=x.device))
+        src_mask, self_mask = padding_mask(attention_mask), padding_mask(decoder_attention_mask)
         for block, kv in zip(self.decoder_blocks, self.memory_kv(memory)):
             x = block(x, kv, src_mask, self_mask)
         return self.decoder_norm(x)
@@ -140,10 +104,7 @@ class Seq2Seq(nn.Module):
                                                               self.pad_id)
         memory, hidden = self.encode(input_ids, attention_mask, output_hidden_states)
         x = self.decode(decoder_input_ids, memory, attention_mask, decoder_attention_mask)
-        logits = x @ self.head_weight.t() if return_logits else None
-        loss = None
-        if labels is not None:
-            loss = chunked_cross_entropy(x, self.head_weight, labels, loss_reduction, label_smoothing)
+        logits, loss = self.logits_and_loss(x, labels, loss_reduction, return_logits, label_smoothing)
         return Seq2SeqOutput(loss, logits, hidden)
 
     # --- incremental decoding --------------------------------------------------------------
@@ -153,10 +114,10 @@ class Seq2Seq(nn.Module):
 
     def decode_step(self, tokens: torch.Tensor, position: int, cache: list[LayerCache], src_mask) -> torch.Tensor:
         """Next-token logits (B, V) for the newest target token (B, 1) at `position`, extending `cache`.
-        `src_mask`: the (B, 1, 1, S) boolean mask of _key_mask, or None."""
+        `src_mask`: the (B, S) boolean mask of padding_mask, or None."""
         x = self.embed(tokens, "tgt", start=position)
         for block, c in zip(self.decoder_blocks, cache):
-            x = block(x, (c.cross_k, c.cross_v), src_mask, cache=c)
+            x = block(x, c.cross_kv, src_mask, cache=c)
         return (self.decoder_norm(x[:, -1]) @ self.head_weight.t()).float()
 
     def next_token_logits(self, tokens, position, cache, src_mask) -> torch.Tensor:
@@ -172,7 +133,7 @@ class Seq2Seq(nn.Module):
     def greedy(self, input_ids, attention_mask=None, max_new_tokens: int = 64) -> torch.Tensor:
         """The most likely next token at each step; rows that have ended continue with <pad>."""
         memory, _ = self.encode(input_ids, attention_mask)
-        cache, src_mask = self.init_cache(memory), _key_mask(attention_mask)
+        cache, src_mask = self.init_cache(memory), padding_mask(attention_mask)
         out = torch.full((input_ids.shape[0], 1), self.eos_id, dtype=torch.long, device=input_ids.device)
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         for t in range(self.max_new_tokens(max_new_tokens)):
@@ -198,8 +159,6 @@ class Seq2Seq(nn.Module):
         try:
             if num_beams == 1:
                 return self.greedy(input_ids, attention_mask, max_new_tokens)
-            from blocklab.model.beam import beam_search
-
             return beam_search(self, input_ids, attention_mask, num_beams, max_new_tokens, length_penalty).tokens
         finally:
             self.train(was_training)

@@ -1,0 +1,110 @@
+"""What the language model (model/model.py) and the encoder-decoder (model/seq2seq.py) share: the token
+embedding, the positions, the (tied) output head, the loss over it, the block loop and the
+initialisation (SPEC section 3)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from blocklab.config import ModelConfig
+from blocklab.model.loss import chunked_cross_entropy
+
+
+def sinusoidal(T: int, d: int) -> torch.Tensor:
+    pos = torch.arange(T, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(T, d)
+    table[:, 0::2], table[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq[: d // 2])
+    return table
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
+    """`normal`: std 0.02 everywhere (He & Hofmann); `xavier`: Xavier-normal, embeddings N(0, 1/d) (Xiong et al.).
+
+    Linear layers flagged `zero_init` (shaped attention's W^Q, the dW of I + dW) start at zero.
+    """
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            if getattr(m, "zero_init", False):
+                nn.init.zeros_(m.weight)
+            elif cfg.init == "normal":
+                nn.init.normal_(m.weight, std=0.02)
+            else:
+                nn.init.xavier_normal_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02 if cfg.init == "normal" else cfg.d_model ** -0.5)
+
+
+def check_ids(input_ids: torch.Tensor) -> None:
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+
+
+def padding_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, T) padding mask (1 = token) -> boolean (B, T) key mask; None when nothing is padded."""
+    if mask is None or bool(mask.all()):
+        return None
+    return mask.bool()
+
+
+class TokenModel(nn.Module):
+    """Base of both models. A subclass builds, in this order (the order the modules are made in is the
+    order `init_weights` draws their values in): `embeddings(cfg, *positions)`, its blocks and norms,
+    `output_head(cfg)`, then calls `init_weights(self, cfg)`.
+
+    Parameter names (checkpoints rely on them): `tok` (the token embedding, shared by every input and,
+    tied, the output head), one learned position table per name given (`pos`; `src_pos`, `tgt_pos`) or
+    the `pos_table` buffer for sinusoidal positions, `head` when the embeddings are not tied.
+    """
+
+    def embeddings(self, cfg: ModelConfig, *positions: str) -> None:
+        d = cfg.d_model
+        self.tok = nn.Embedding(cfg.vocab_size, d)
+        if cfg.positions == "learned":
+            for name in positions:
+                setattr(self, name, nn.Embedding(cfg.max_seq_len, d))
+        else:
+            self.register_buffer("pos_table", sinusoidal(cfg.max_seq_len, d), persistent=False)
+        # Xiong et al./fairseq: embeddings ~ N(0, 1/d) scaled by sqrt(d) so E|x_0|^2 = d, while the
+        # tied head still sees unit-scale weights.
+        self.embed_scale = math.sqrt(d) if cfg.init == "xavier" else 1.0
+
+    def output_head(self, cfg: ModelConfig) -> None:
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def token_embedding(self, ids: torch.Tensor, positions: str, start: int = 0) -> torch.Tensor:
+        """tok(ids) * embed_scale + the positions start .. start + T - 1 of the table `positions`."""
+        T = ids.shape[1]
+        if self.cfg.positions == "learned":
+            pos = getattr(self, positions).weight[start:start + T]
+        else:
+            pos = self.pos_table[start:start + T]
+        return self.tok(ids) * self.embed_scale + pos
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.head.weight if self.head is not None else self.tok.weight
+
+    @staticmethod
+    def run_blocks(blocks, x: torch.Tensor, key_mask, output_hidden_states: bool = False):
+        """x through `blocks`; each block's output too when asked (after the input x)."""
+        hidden = [x]
+        for block in blocks:
+            x = block(x, key_mask)
+            hidden.append(x)
+        return x, (tuple(hidden) if output_hidden_states else None)
+
+    def logits_and_loss(self, x: torch.Tensor, labels=None, loss_reduction: str = "mean",
+                        return_logits: bool = True, label_smoothing: float = 0.0):
+        """Logits of the final hidden states x over the head, and the loss of `labels` (model/loss.py:
+        never the fp32 (B, T, V) logits)."""
+        logits = x @ self.head_weight.t() if return_logits else None
+        loss = None
+        if labels is not None:
+            loss = chunked_cross_entropy(x, self.head_weight, labels, loss_reduction, label_smoothing)
+        return logits, loss
