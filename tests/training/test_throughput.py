@@ -8,6 +8,7 @@ import torch
 from blocklab import build_model
 from blocklab.training import Trainer, load_config, train
 from blocklab.training.config import TrainConfig
+from blocklab.training.tasks import TASKS
 from blocklab.training.throughput import WARMUP_STEPS, Throughput, flops_per_token
 from tests.helpers import small_cfg
 
@@ -48,7 +49,9 @@ def test_translation_flops_count_decoder_self_and_cross_attention():
     cfg = small_cfg("pre-ln", "translation", n_decoder_layers=2)
     model = build_model(cfg)
     T, d = 16, cfg.d_model
-    attention = flops_per_token(model, T) - 6 * sum(
+    run = load_config(None, {"model": {"task": "translation", "block": "pre-ln", "n_decoder_layers": 2}})
+    layers = TASKS["translation"](run).attention_layers(model)  # the task says how many attention products
+    attention = flops_per_token(model, T, layers) - 6 * sum(
         m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) - 6 * model.head_weight.numel()
     assert attention == 12 * (cfg.n_layers + 2 * 2) * T * d
 

@@ -65,6 +65,7 @@ class ClmBatches:
             )
         self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
         self.n_offsets = len(tokens) - seq_len  # window starts 0 .. len - seq_len - 1
+        self.tokens_per_step = batch_size * seq_len  # input tokens of one global batch (throughput)
 
     def _windows(self, offsets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         idx = offsets[:, None] + np.arange(self.seq_len + 1)
@@ -163,6 +164,7 @@ class MlmBatches:
         self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
         self.mask_prob, self.mask_id, self.pad_id = mask_prob, int(mask_id), int(pad_id)
         self.vocab_size, self.special_ids = vocab_size, tuple(sorted(specials))
+        self.tokens_per_step = batch_size * seq_len  # padded rows of one global batch (throughput)
 
     @property
     def n_chunks(self) -> int:

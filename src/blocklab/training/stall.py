@@ -51,12 +51,8 @@ class StallDetector:
         return out
 
 
-def stall_detector(train_cfg, corpus, state: dict) -> StallDetector:
-    """The detector of a run: H from the prepared corpus (None where the data layer gives none, e.g. a
-    corpus type without it: detection is then off), its window kept in `state` for exact resume."""
-    try:
-        entropy = corpus.unigram_entropy
-    except (AttributeError, KeyError):
-        entropy = None
+def stall_detector(train_cfg, entropy: float | None, state: dict) -> StallDetector:
+    """The detector of a run: H is the prepared corpus's unigram entropy (None or nan, where a task's
+    data has none: detection is then off), its window kept in `state` for exact resume."""
     return StallDetector(entropy, train_cfg.warmup_steps, train_cfg.stall_margin, train_cfg.stall_patience,
                          state.setdefault("stall_window", []))

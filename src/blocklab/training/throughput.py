@@ -28,16 +28,17 @@ GPU_PEAKS = {"H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
              "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}}
 
 
-def flops_per_token(model: nn.Module, seq_len: int) -> float:
-    """Training FLOPs per token: 6 x matmul weights (the tied head included) + 12 L T d for attention."""
+def flops_per_token(model: nn.Module, seq_len: int, attn_layers: int | None = None) -> float:
+    """Training FLOPs per token: 6 x matmul weights (the tied head included) + 12 L T d for attention,
+    L = `attn_layers`, the attention products per position (the task says: Task.attention_layers),
+    by default the model's `n_layers`."""
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     head = getattr(model, "head_weight", None)
     if head is not None and not any(m.weight is head for m in model.modules() if isinstance(m, nn.Linear)):
         linear += head.numel()  # a tied head is the embedding matrix, not an nn.Linear
     cfg = model.cfg
-    attn_layers = cfg.n_layers
-    if cfg.task == "translation":  # each decoder block attends twice: to itself and to the source
-        attn_layers += 2 * (getattr(cfg, "n_decoder_layers", None) or cfg.n_layers)
+    if attn_layers is None:
+        attn_layers = cfg.n_layers
     return 6.0 * linear + 12.0 * attn_layers * seq_len * cfg.d_model
 
 

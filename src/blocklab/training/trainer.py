@@ -11,11 +11,9 @@ from pathlib import Path
 
 import torch
 
-from blocklab.data import ClmBatches, MlmBatches, prepare
 from blocklab.errors import UserError
-from blocklab.tokens import IGNORE_INDEX
-from blocklab.model import build_model, count_parameters
-from blocklab.training import distributed, translation
+from blocklab.model import count_parameters
+from blocklab.training import distributed
 from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from blocklab.training.config import RunConfig, load_config, to_toml
@@ -23,6 +21,7 @@ from blocklab.attention.modules import attention_path
 from blocklab.training.logger import MetricsLogger
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
 from blocklab.training.stall import stall_detector
+from blocklab.training.tasks import get_task
 from blocklab.training.throughput import Throughput, flops_per_token, peak_for
 
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json", "checkpoints", "tb")
@@ -55,6 +54,8 @@ def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) ->
 
 
 class Trainer:
+    """The loop of every task; what is particular to a task is its `Task` (training/tasks/)."""
+
     def __init__(self, cfg: RunConfig, out: Path, resume: bool = False, overwrite: bool = False,
                  progress: bool | None = None, log=print):
         self.cfg, self.out, self.log = cfg, Path(out), log
@@ -67,40 +68,26 @@ class Trainer:
         t, dev = cfg.train, self.dist.device
         if t.precision == "fp16" and dev.type == "cpu":
             raise UserError("train.precision=fp16 is not supported on CPU (too slow and unstable); use bf16 or fp32")
-        self.translation = cfg.model.task == "translation"  # encoder-decoder: training/translation.py
+        self.task = get_task(cfg)
         quiet = log if self.dist.main else (lambda *a, **k: None)
-        self.corpus = translation.prepare_corpus(cfg, quiet) if self.translation else prepare(cfg.data, log=quiet)
-        if self.corpus.vocab_size > cfg.model.vocab_size:
-            raise UserError(f"the tokenizer has {self.corpus.vocab_size} tokens but model.vocab_size="
+        self.data = self.task.prepare(quiet)
+        if self.data.vocab_size > cfg.model.vocab_size:
+            raise UserError(f"the tokenizer has {self.data.vocab_size} tokens but model.vocab_size="
                             f"{cfg.model.vocab_size}; raise model.vocab_size")
-        self.batches = self._batches()
+        self.batches = self.task.batches(self.data, quiet)
         torch.manual_seed(t.seed)
-        self.model = build_model(cfg.model).to(dev)
+        self.model = self.task.build_model().to(dev)
         self.optimizer = make_optimizer(self.model, t)
         self.forward = self.dist.wrap(self.model)
         self.compiled = t.compile is True or (t.compile == "auto" and dev.type == "cuda")
         if self.compiled:
-            # Regional compilation: each block once (they share code, so one compile serves all of
-            # them), the embeddings and the chunked loss stay eager. Seconds, not a minute, at 18 layers.
-            # A translation model's `blocks` are its encoder; the decoder blocks stay eager, since
-            # cached decoding calls them with a new shape at every generated token.
-            for block in self.model.blocks:
-                block.compile()
+            self.task.compile(self.model)
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
         self.state = {"step": 0, "initial_loss": None, "tokens": 0, "train_seconds": 0.0, "wall_seconds": 0.0,
-                      "best_eval_loss": None, "last_eval_loss": None, "last_loss": None}
-        self.throughput = Throughput(self.state, self.compiled, flops_per_token(self.model, cfg.data.seq_len),
-                                     lambda: peak_for(dev, t.precision))
-
-    def _batches(self):
-        c, d, t = self.corpus, self.cfg.data, self.cfg.train
-        if self.translation:
-            return translation.make_batches(c, d, t, self.log if self.dist.main else (lambda *a, **k: None))
-        if self.cfg.model.task == "clm":
-            return ClmBatches(c.train, d.seq_len, t.batch_size, t.seed), ClmBatches(c.val, d.seq_len, t.batch_size, t.seed)
-        args = dict(seq_len=d.seq_len, batch_size=t.batch_size, seed=t.seed, mask_prob=d.mask_prob, mask_id=c.mask_id,
-                    pad_id=c.pad_id, vocab_size=c.vocab_size, special_ids=c.special_ids)
-        return MlmBatches(c.train, c.train_doc_starts, **args), MlmBatches(c.val, c.val_doc_starts, **args)
+                      "best_eval_loss": None, "last_eval_loss": None, "last_loss": None,
+                      **self.task.initial_state()}
+        flops = flops_per_token(self.model, cfg.data.seq_len, self.task.attention_layers(self.model))
+        self.throughput = Throughput(self.state, self.compiled, flops, lambda: peak_for(dev, t.precision))
 
     def autocast(self):
         p, dev = self.cfg.train.precision, self.dist.device.type
@@ -111,19 +98,13 @@ class Trainer:
     def loss_terms(self, batch, model):
         """Summed token loss and the global token count, so that DDP's gradient average equals the
         gradient of the global-batch mean even when ranks hold different numbers of masked tokens."""
-        if self.translation:
-            return translation.loss_terms(self, batch, model)
-        ids, labels, *mask = (x.to(self.dist.device) for x in batch)
-        with self.autocast():  # the model's chunked loss: no (B, T, V) logits are formed
-            loss_sum = model(ids, attention_mask=mask[0] if mask else None, labels=labels,
-                             loss_reduction="sum", return_logits=False).loss
-        return loss_sum, (labels != IGNORE_INDEX).sum()
+        return self.task.loss(model, batch, self.dist.device, self.autocast)
 
     @torch.no_grad()
     def evaluate(self) -> float:
         self.model.eval()
         total, count = 0.0, 0
-        for batch in self.batches[1].val_batches(self.cfg.train.eval_batches):
+        for batch in self.batches.val.val_batches(self.cfg.train.eval_batches):
             s, n = self.loss_terms(batch, self.model)
             total, count = total + s.item(), count + n.item()
         self.model.train()
@@ -132,7 +113,7 @@ class Trainer:
     def train_step(self, step: int) -> float:
         t = self.cfg.train
         set_lr(self.optimizer, t.lr * lr_factor(step, t))
-        batch = self.batches[0].get(step, self.dist.rank, self.dist.world_size)
+        batch = self.batches.train.get(step, self.dist.rank, self.dist.world_size)
         loss_sum, n = self.loss_terms(batch, self.forward)
         n_global = self.dist.sum(n.detach()).clamp_min(1)
         self.scaler.scale(loss_sum / n_global * self.dist.world_size).backward()
@@ -173,8 +154,7 @@ class Trainer:
                "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled,
                "attn_impl": attention_path(self.model, self.dist.device)}
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
-        if self.translation:
-            out.update(translation.summary_fields(s))
+        out.update(self.task.summary_fields(s))
         out.update(extra or {})
         if self.dist.main:
             write_atomic(self.out / "summary.json", json.dumps(out, indent=2) + "\n")
@@ -191,7 +171,7 @@ class Trainer:
         start = self._restore() if self.resume else 0
         if self.dist.main:
             write_atomic(self.out / "config.toml", to_toml(self.cfg))
-            self.corpus.tokenizer.save(str(self.out / "tokenizer.json"))
+            self.data.tokenizer.save(str(self.out / "tokenizer.json"))
         if start >= t.steps:
             return self.summary("completed", start)
         if self.dist.main:
@@ -199,9 +179,9 @@ class Trainer:
                      f"(attn_impl={self.cfg.model.attn_impl!r} on {self.dist.device.type})")
         logger = MetricsLogger(self.out, start, t.steps, self.state["train_seconds"], self.dist.main, self.progress)
         stop = _SignalFlag()
-        tokens_per_step = getattr(self.batches[0], "tokens_per_step", t.batch_size * self.cfg.data.seq_len)
+        tokens_per_step = self.batches.train.tokens_per_step
         window, step, status, extra = [], start, "completed", {}
-        stall = stall_detector(t, self.corpus, self.state)
+        stall = stall_detector(t, self.data.unigram_entropy, self.state)
         wall0 = time.perf_counter() - self.state["wall_seconds"]
         self.model.train()
         try:
@@ -235,8 +215,8 @@ class Trainer:
                         best = self.state["best_eval_loss"]
                         self.state.update(last_eval_loss=ev, best_eval_loss=ev if best is None else min(best, ev))
                         row = dict(row or {"step": done}, eval_loss=ev)
-                        if self.translation:
-                            row.update(translation.evaluate_bleu(self))
+                        row.update(self.task.evaluate(self.model, self.data, self.batches.val, self.dist.device,
+                                                      self.state))
                     if row is not None:
                         logger.write(row)
                     logger.advance()

@@ -1,7 +1,7 @@
 """Translation runs: the parallel corpus, sentence-pair batches, the loss and BLEU at evaluation steps.
 
-The trainer (training/trainer.py) dispatches here for `model.task = "translation"`; everything
-translation-specific lives in this module.
+The parts of the translation task (training/tasks/translation.py joins them for the trainer), and
+the decoding `blocklab translate` uses. Every function takes what it needs, never the trainer.
 
 Batches: `train.batch_size` sentence pairs, drawn as a pure function of (seed, step) (an epoch-wise
 permutation of the training pairs), so a resumed run sees the batches the uninterrupted run would.
@@ -100,13 +100,13 @@ def make_batches(corpus: ParallelCorpus, data_cfg, train_cfg, log=print):
     return train, val
 
 
-def loss_terms(trainer, batch, model):
-    """Summed token loss and token count (as Trainer.loss_terms); label smoothing in training only."""
-    src, mask, dec, labels = (x.to(trainer.dist.device) for x in batch)
-    smoothing = trainer.cfg.train.label_smoothing if model.training else 0.0
-    with trainer.autocast():
+def loss_terms(model, batch, device, autocast, label_smoothing: float = 0.0):
+    """Summed token loss and token count of a batch (see Task.loss); `label_smoothing` is the
+    training objective's (the caller passes 0 at evaluation)."""
+    src, mask, dec, labels = (x.to(device) for x in batch)
+    with autocast():
         loss_sum = model(src, mask, decoder_input_ids=dec, labels=labels, loss_reduction="sum",
-                         return_logits=False, label_smoothing=smoothing).loss
+                         return_logits=False, label_smoothing=label_smoothing).loss
     return loss_sum, (labels != IGNORE_INDEX).sum()
 
 
@@ -148,25 +148,26 @@ def corpus_bleu(hypotheses: list[str], references: list[str]) -> float:
     return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
 
 
-def evaluate_bleu(trainer) -> dict:
-    """BLEU of greedy translations of the evaluation pairs; updates the run state (best and last)."""
-    corpus, val = trainer.corpus, trainer.batches[1]
-    rows = val.eval_rows(trainer.cfg.train.eval_batches)
+def evaluate_bleu(model, tokenizer, val: TranslationBatches, eval_batches: int, batch_size: int, device) -> float:
+    """BLEU of greedy translations of the evaluation pairs (the first `eval_batches` batches of `val`)."""
+    rows = val.eval_rows(eval_batches)
     sources = [val.pairs.source(i).tolist() for i in rows]
-    refs = [detokenize(corpus.tokenizer, corpus.eod_id, val.pairs.target(i)) for i in rows]
-    model = trainer.model
+    refs = [detokenize(tokenizer, val.eos_id, val.pairs.target(i)) for i in rows]
     was_training = model.training
     model.eval()
     try:
-        out = translate_ids(model, sources, corpus.pad_id, trainer.dist.device, trainer.cfg.train.batch_size)
-        hyps = [detokenize(corpus.tokenizer, corpus.eod_id, ids) for ids in out]
+        out = translate_ids(model, sources, val.pad_id, device, batch_size)
+        hyps = [detokenize(tokenizer, val.eos_id, ids) for ids in out]
     finally:
         model.train(was_training)
-    bleu = corpus_bleu(hyps, refs)
-    best = trainer.state.get("best_bleu")
-    trainer.state.update(last_bleu=bleu, best_bleu=bleu if best is None else max(best, bleu))
-    return {"bleu": bleu}
+    return corpus_bleu(hyps, refs)
+
+
+def record_bleu(state: dict, bleu: float) -> None:
+    """The last and best BLEU of the run state."""
+    best = state["best_bleu"]
+    state.update(last_bleu=bleu, best_bleu=bleu if best is None else max(best, bleu))
 
 
 def summary_fields(state: dict) -> dict:
-    return {"final_bleu": state.get("last_bleu"), "best_bleu": state.get("best_bleu")}
+    return {"final_bleu": state["last_bleu"], "best_bleu": state["best_bleu"]}
