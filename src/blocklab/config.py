@@ -61,6 +61,9 @@ class ModelConfig:
     positions: str = "learned"
     tie_embeddings: bool = True
     mlp_bias: bool = False
+    # Biases in MultiHeadAttention's four projections and in the MLP's two Linears (fairseq's Transformer,
+    # Xiong et al.'s code, has them). Off by default: SPEC's blocks have no biases.
+    bias: bool = False
     norm_eps: float = 1e-5
     # Residual-branch and embedding dropout (classic blocks and translation; 0 keeps the language models
     # exactly as they were). n_decoder_layers: translation only; None means n_layers.
@@ -84,7 +87,7 @@ class ModelConfig:
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                 f"choose n_heads among the divisors of d_model"
             )
-        for name in ("tie_embeddings", "mlp_bias"):
+        for name in ("tie_embeddings", "mlp_bias", "bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} is not valid; choose one of: True, False")
         positive("norm_eps", float(self.norm_eps) if isinstance(self.norm_eps, int) else self.norm_eps, float)

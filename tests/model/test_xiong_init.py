@@ -1,4 +1,5 @@
 """Xiong et al. (2020) at initialisation: Xavier init, LayerNorm, ReLU."""
+import pytest
 import torch
 
 from blocklab import ModelConfig, build_model
@@ -11,10 +12,23 @@ def cfg(block, L):
                        max_seq_len=64, norm="layernorm", activation="relu", init="xavier")
 
 
-def squared_norms(block, L, seed=0):
-    torch.manual_seed(seed)
+def lemma_init(model):
+    """Xiong et al.'s Lemma 1 and 2 assume every weight N(0, 1/d): fairseq's init (init="xavier") draws
+    the query, key and value projections at gain 1/sqrt(2); here they are redrawn at gain 1."""
     with torch.no_grad():
-        hs = build_model(cfg(block, L))(torch.randint(0, 500, (8, 64)), output_hidden_states=True).hidden_states
+        for m in model.modules():
+            if getattr(m, "xavier_gain", 1.0) != 1.0:
+                torch.nn.init.xavier_uniform_(m.weight)
+    return model
+
+
+def squared_norms(block, L, seed=0, lemma=True):
+    torch.manual_seed(seed)
+    model = build_model(cfg(block, L))
+    if lemma:
+        lemma_init(model)
+    with torch.no_grad():
+        hs = model(torch.randint(0, 500, (8, 64)), output_hidden_states=True).hidden_states
     return [h.pow(2).sum(-1).mean().item() for h in hs]
 
 
@@ -36,8 +50,16 @@ def test_pre_ln_hidden_norm_grows_between_half_and_one_and_a_half_d_per_block():
     assert all(b > a for a, b in zip(n, n[1:]))
 
 
-def test_post_ln_hidden_norm_is_flat():
-    n = squared_norms("post-ln", 8)
+def test_pre_ln_hidden_norm_grows_less_under_fairseq_gains():
+    # W^V at gain 1/sqrt(2) halves the attention branch's contribution: still growing, but more slowly.
+    lemma, fairseq = squared_norms("pre-ln", 8), squared_norms("pre-ln", 8, lemma=False)
+    assert all(b > a for a, b in zip(fairseq, fairseq[1:]))
+    assert 0.3 * D <= (fairseq[-1] - fairseq[0]) / 8 < (lemma[-1] - lemma[0]) / 8
+
+
+@pytest.mark.parametrize("lemma", [True, False])
+def test_post_ln_hidden_norm_is_flat(lemma):
+    n = squared_norms("post-ln", 8, lemma=lemma)
     assert all(abs(x / D - 1) < 0.05 for x in n)
 
 

@@ -67,7 +67,10 @@ class MultiHeadAttention(nn.Module):
         d = cfg.d_model
         self.cfg = cfg
         self.causal = cfg.causal if causal is None else causal
-        self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=cfg.bias) for _ in range(4))
+        # init="xavier" (fairseq's MultiheadAttention): the query, key and value projections at gain 1/sqrt(2).
+        for lin in (self.q, self.k, self.v):
+            lin.xavier_gain = 2 ** -0.5
 
     @property
     def impl(self) -> str:

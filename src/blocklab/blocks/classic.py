@@ -21,7 +21,7 @@ class _Classic(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int, n_norms: int):
         super().__init__()
         self.attn = MultiHeadAttention(cfg)
-        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
         self.norms = nn.ModuleList(make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) for _ in range(n_norms))
         self.drop = Dropout(cfg.dropout)  # on each residual branch, as in fairseq; identity at the default 0
 

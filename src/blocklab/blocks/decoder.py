@@ -42,7 +42,7 @@ class DecoderBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.self_attn, self.cross_attn = MultiHeadAttention(cfg, causal=True), MultiHeadAttention(cfg, causal=False)
-        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
         self.norms = nn.ModuleList(make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) for _ in range(3))
         self.drop = Dropout(cfg.dropout)
 

@@ -27,7 +27,7 @@ class _Sequential(nn.Module):
         self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
         self.attn = attn
         self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
-        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
         self.beta_ff = gain(cfg.resolved("beta_ff"))
 
     def forward(self, x, key_mask=None):
@@ -76,7 +76,7 @@ class SASP(nn.Module):
         super().__init__()
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if norm else nn.Identity()
         self.attn = sas(cfg, layer)
-        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
         self.beta_sa = gain(cfg.resolved("beta_sa"))
         self.beta_ff = gain(cfg.resolved("beta_ff"))
 

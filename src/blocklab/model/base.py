@@ -22,7 +22,11 @@ def sinusoidal(T: int, d: int) -> torch.Tensor:
 
 @torch.no_grad()
 def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
-    """`normal`: std 0.02 everywhere (He & Hofmann); `xavier`: Xavier-normal, embeddings N(0, 1/d) (Xiong et al.).
+    """`normal`: std 0.02 everywhere (He & Hofmann). `xavier`: Xiong et al.'s code (fairseq): every Linear
+    Xavier-uniform at the gain in its `xavier_gain` attribute (1/sqrt(2) on MultiHeadAttention's query,
+    key and value projections, as fairseq's `MultiheadAttention.reset_parameters`), 1 otherwise;
+    token and learned position embeddings N(0, 1/d) (fairseq: `normal_(0, d**-0.5)`).
+    Biases start at zero either way.
 
     Linear layers flagged `zero_init` (shaped attention's W^Q, the dW of I + dW) start at zero.
     """
@@ -33,7 +37,7 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
             elif cfg.init == "normal":
                 nn.init.normal_(m.weight, std=0.02)
             else:
-                nn.init.xavier_normal_(m.weight)
+                nn.init.xavier_uniform_(m.weight, gain=getattr(m, "xavier_gain", 1.0))
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--n-heads", type=int, default=4, help="attention heads" + D)
     m.add_argument("--d-ff", type=int, default=1024, help="MLP hidden width" + D)
     m.add_argument("--init", choices=("normal", "xavier"), default="normal",
-                   help="normal: std 0.02 (He & Hofmann); xavier: Xavier-normal, sqrt(d)-scaled embeddings (Xiong et al.)" + D)
+                   help="normal: std 0.02 (He & Hofmann); xavier: fairseq's Xavier-uniform (query/key/value at gain 1/sqrt(2)), sqrt(d)-scaled embeddings (Xiong et al.)" + D)
     m.add_argument("--norm", choices=("rmsnorm", "layernorm"), default="rmsnorm", help="normalisation layer" + D)
     m.add_argument("--activation", choices=("relu", "gelu"), default="relu", help="MLP activation" + D)
     m.add_argument("--beta-ff", type=float, default=None, help="beta_FF of the blocks that have one (default: each block's own, 0.1)")
