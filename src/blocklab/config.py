@@ -4,24 +4,15 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass, fields
 
-TASKS = ("clm", "mlm", "translation")
-# Which block offers which task and whether dropout applies to it are facts of its BlockSpec (blocks/registry.py).
+from blocklab.registry import REGISTRY, TASKS
+from blocklab.validate import choice, positive
+
+# Which block offers which task and whether dropout applies to it are facts of its BlockSpec (registry.py).
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("relu", "gelu")
 INITS = ("normal", "xavier")
 ATTN_IMPLS = ("auto", "sdpa", "fused", "materialized")
 POSITIONS = ("learned", "sinusoidal")
-
-
-def choice(field: str, value, choices) -> None:
-    """Raise the one ValueError shape every config field uses: field, bad value, valid choices."""
-    if value not in choices:
-        raise ValueError(f"{field}={value!r} is not valid; choose one of: {', '.join(map(str, choices))}")
-
-
-def positive(field: str, value, kind=int) -> None:
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        raise ValueError(f"{field}={value!r} is not valid; it must be a positive {kind.__name__}")
 
 
 def reject_unknown(cls):
@@ -71,7 +62,6 @@ class ModelConfig:
     n_decoder_layers: int | None = None
 
     def __post_init__(self) -> None:
-        from blocklab.blocks import REGISTRY  # late import: blocks import this module
 
         choice("block", self.block, tuple(REGISTRY))
         choice("task", self.task, TASKS)
@@ -126,7 +116,6 @@ class ModelConfig:
 
     def resolved(self, name: str) -> float:
         """beta_ff / beta_sa with the block's default filled in."""
-        from blocklab.blocks import REGISTRY
 
         value = getattr(self, name)
         return value if value is not None else getattr(REGISTRY[self.block], name)

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from blocklab.attention import MultiHeadAttention
 from blocklab.blocks.decoder import DecoderBlock
-from blocklab.blocks.registry import Predictions, register
+from blocklab.registry import Predictions, register
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, Dropout, make_norm
 

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from blocklab.attention import IdentityPlus, ShapedAttention
-from blocklab.blocks.registry import Predictions, register
+from blocklab.registry import Predictions, register
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, gain, make_norm
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from blocklab.overrides import parse_overrides as parse_tokens
-from blocklab.config import ModelConfig, choice, positive
+from blocklab.config import ModelConfig
+from blocklab.validate import choice, positive
 from blocklab.data import DataConfig
 from blocklab.errors import UserError
 

@@ -1,5 +1,8 @@
 """The block registry: name -> BlockSpec, every fact about a block. The only place blocks are listed.
 
+It sits below the config and the blocks: the blocks (blocks/) register into it, and ModelConfig
+validates a block name against it, so neither imports the other's layer upwards.
+
 Adding a block is one class, one `register(...)` on it, and its tests: the config's validation
 (blocklab.config), the models (model/), the probes' predictions (probes/predictions.py) and the
 report's labels and colours (reporting/) all read the block's spec from `REGISTRY`.
@@ -9,7 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from blocklab.config import TASKS, choice
+from blocklab.validate import choice
+
+# The tasks a model can be built for; each block's spec names those it offers.
+TASKS = ("clm", "mlm", "translation")
 
 # classic: Post-LN, Pre-LN and the parallel block (SPEC section 2); simplified: He & Hofmann's blocks;
 # successor: the published blocks of SPEC section 2b; ablation: a probe's contrast, not a block to train.
