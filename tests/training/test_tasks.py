@@ -100,3 +100,12 @@ def test_the_autocast_context_wraps_the_forward_pass():
     ids = torch.randint(4, 300, (1, 4))
     task.loss(model, (ids, ids), CPU, autocast)
     assert entered == [True]
+
+
+def test_every_model_task_has_a_training_task_and_back():
+    """The task names live in blocklab.registry.TASKS (what a model can be built for); the trainer's
+    TASKS maps each to its Task class. A task added to one and not the other fails here."""
+    from blocklab.registry import TASKS as MODEL_TASKS
+    from blocklab.training.tasks import TASKS as TRAINING_TASKS
+
+    assert set(TRAINING_TASKS) == set(MODEL_TASKS)

@@ -2,7 +2,7 @@
 
 Adding a task (e.g. classification): a module here with a `Task` subclass (base.py says what it
 owns) and its entry below; the trainer needs no change. The model side (the task's name in
-`blocklab.config.TASKS`, the blocks that offer it, `blocklab.model.build_model` or the task's own
+`blocklab.registry.TASKS`, the blocks that offer it, `blocklab.model.build_model` or the task's own
 `build_model`) is the model package's.
 """
 from __future__ import annotations
