@@ -17,7 +17,8 @@ from typing import Callable
 import torch
 
 from blocklab.bench.check_paths import PATHS, make_inputs, reference
-from blocklab.bench.machine import available_memory, describe, machine_info, synchronize
+from blocklab.bench.machine import available_memory, describe, machine_info
+from blocklab.bench.timing import time_step
 
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 GRAD_NAMES = ("q", "k", "v", "alpha", "beta", "gamma")
@@ -124,14 +125,6 @@ def speed_shape(device: str, T: int) -> tuple[int, int]:
     return max(1, 1024 // T), 2
 
 
-def _time_once(fn: Callable[[], object], device: str) -> float:
-    synchronize(device)
-    t0 = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - t0
-
-
 def time_paths(paths, device: str, T: int, reps: int, warmup: int, progress) -> dict:
     """Median forward+backward milliseconds of each path at T, causal, timed round-robin.
 
@@ -155,7 +148,7 @@ def time_paths(paths, device: str, T: int, reps: int, warmup: int, progress) -> 
             torch.autograd.grad(out, leaves, torch.ones_like(out))
         try:
             for _ in range(max(1, warmup)):  # at least one: it finds out of memory before the timed reps
-                _time_once(step, device)
+                time_step(step, device)
         except torch.OutOfMemoryError:
             result[path.name] = {"skipped": "memory"}
             if device == "cuda":
@@ -170,7 +163,7 @@ def time_paths(paths, device: str, T: int, reps: int, warmup: int, progress) -> 
     for r in range(reps if names else 0):
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            times[name].append(_time_once(steps[name], device))
+            times[name].append(time_step(steps[name], device))
     for name, ts in times.items():
         result[name] = {"ms": 1000 * statistics.median(ts), "times_ms": [1000 * t for t in ts]}
     progress(f"T={T} (B={B}, H={H}, {str(dtype).removeprefix('torch.')}): "
