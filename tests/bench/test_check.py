@@ -44,7 +44,7 @@ def test_sdpa_and_materialized_are_correct_on_cpu_and_timed():
         assert max(fp32) < 1e-5  # far inside the tolerance: the reference and the inputs are the same values
         assert entry["speed"]["32"]["ms"] > 0
     assert result["paths"]["materialized"]["speed"]["32"]["speedup"] > 0
-    assert 'attn_impl="auto" on cpu runs sdpa' in result["auto"]["line"]
+    assert 'attn_impl="auto" on cpu (bf16) runs sdpa' in result["auto"]["line"]
 
 
 def test_a_wrong_forward_is_reported_with_its_case(monkeypatch):

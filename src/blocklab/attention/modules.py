@@ -6,31 +6,39 @@ import torch.nn as nn
 
 from blocklab.attention.centring import centring_matrix, centred_mean
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
-from blocklab.attention.fused import fused_shaped_attention
+from blocklab.attention.fused import fused_shaped_attention, unavailable_reason as fused_unavailable
 from blocklab.config import ModelConfig
 from blocklab.layers import gain
 
 
-def resolve_impl(impl: str, device: torch.device) -> str:
+def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
     """The attention path to run. "auto" is the fastest path measured correct on that kind of device
-    (SPEC section 2; `blocklab check` and benchmarks/RESULTS.md): sdpa on CPU, and on CUDA until the
-    fused kernel's autotuned path has been checked correct on a GPU. Resolved per call, so a model
-    keeps "auto" in its config and follows .to(device)."""
-    if impl == "auto":
-        return AUTO_IMPL.get(device.type, "sdpa")
-    return impl
+    for that input precision (SPEC section 2; `blocklab check` and benchmarks/RESULTS.md): AUTO_IMPL,
+    except that fp32 inputs keep sdpa where AUTO_IMPL names the fused kernel (it computes fp32 in
+    TF32: 3e-3 relative gradient error on the H100 against 1e-6 for sdpa), and sdpa where the kernel
+    cannot run (no Triton). Resolved per call, so a model keeps "auto" in its config and follows
+    .to(device) and autocast."""
+    if impl != "auto":
+        return impl
+    path = AUTO_IMPL.get(device.type, "sdpa")
+    if path == "fused" and (dtype == torch.float32 or fused_unavailable(device) is not None):
+        return "sdpa"
+    return path
 
 
-# Device type -> the path "auto" runs there; change an entry only with a measurement behind it.
-AUTO_IMPL = {"cpu": "sdpa", "cuda": "sdpa"}
+# Device type -> the path "auto" runs there on 16-bit inputs; change an entry only with a
+# measurement behind it. CUDA: fused, 1.05x Pre-LN compiled at the he-codeparrot shape against
+# 1.00x for sdpa, 1.25-1.91x the sdpa path's attention, autotuned path checked on an H100 (RESULTS.md).
+AUTO_IMPL = {"cpu": "sdpa", "cuda": "fused"}
 
 
-def attention_path(model: nn.Module, device: torch.device) -> str:
-    """The path a model's attention actually runs on `device` (summary.json, the run log): the
-    resolved shaped-attention path, or for softmax-only models the one MultiHeadAttention takes."""
+def attention_path(model: nn.Module, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
+    """The path a model's attention actually runs on `device` with inputs of `dtype` (summary.json,
+    the run log): the resolved shaped-attention path, or for softmax-only models the one
+    MultiHeadAttention takes."""
     shaped = [m for m in model.modules() if isinstance(m, ShapedAttention)]
     if shaped:
-        return resolve_impl(shaped[0].cfg.attn_impl, device)
+        return resolve_impl(shaped[0].cfg.attn_impl, device, dtype)
     mha = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     return mha[0].impl if mha else "none"
 
@@ -145,7 +153,7 @@ class ShapedAttention(nn.Module):
         H = self.cfg.n_heads
         q, k = split_heads(self.q(x), H), split_heads(self.k(x), H)
         v = split_heads(self.value(x) if self.value is not None else x, H)
-        impl = resolve_impl(self.cfg.attn_impl, x.device)
+        impl = resolve_impl(self.cfg.attn_impl, x.device, q.dtype)
         out = merge_heads(shaped_attention(q, k, v, self.alpha, self.beta, self.gamma, self.cfg.causal, key_mask, impl))
         return self.proj(out) if self.proj is not None else out
 

@@ -216,8 +216,9 @@ def _auto_line(device: str, paths: dict, shapes) -> tuple[str, bool]:
     """Which path attn_impl="auto" runs here, and a warning when it is wrong, missing or slower."""
     from blocklab.attention.modules import resolve_impl
 
-    auto = resolve_impl("auto", torch.device(device))
-    head = f'attn_impl="auto" on {device} runs {auto}'
+    # The timed shapes are bf16, the precision "auto" is measured for; fp32 keeps sdpa (resolve_impl).
+    auto = resolve_impl("auto", torch.device(device), torch.bfloat16)
+    head = f'attn_impl="auto" on {device} (bf16) runs {auto}'
     entry = paths.get(auto)
     if entry is None:
         return f"{head} (not checked)", False

@@ -89,6 +89,10 @@ class Trainer:
         flops = flops_per_token(self.model, cfg.data.seq_len, self.task.attention_layers(self.model))
         self.throughput = Throughput(self.state, self.compiled, flops, lambda: peak_for(dev, t.precision))
 
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the attention inputs have under this run's autocast."""
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.cfg.train.precision, torch.float32)
+
     def autocast(self):
         p, dev = self.cfg.train.precision, self.dist.device.type
         if p == "fp32":
@@ -152,7 +156,7 @@ class Trainer:
                "final_eval_loss": s["last_eval_loss"], "best_eval_loss": s["best_eval_loss"],
                "tokens": s["tokens"], "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
                "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled,
-               "attn_impl": attention_path(self.model, self.dist.device)}
+               "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype())}
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
         out.update(self.task.summary_fields(s))
         out.update(extra or {})
@@ -175,7 +179,7 @@ class Trainer:
         if start >= t.steps:
             return self.summary("completed", start)
         if self.dist.main:
-            self.log(f"attention path: {attention_path(self.model, self.dist.device)} "
+            self.log(f"attention path: {attention_path(self.model, self.dist.device, self.compute_dtype())} "
                      f"(attn_impl={self.cfg.model.attn_impl!r} on {self.dist.device.type})")
         logger = MetricsLogger(self.out, start, t.steps, self.state["train_seconds"], self.dist.main, self.progress)
         stop = _SignalFlag()
