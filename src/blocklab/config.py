@@ -13,6 +13,7 @@ ACTIVATIONS = ("relu", "gelu")
 INITS = ("normal", "xavier")
 ATTN_IMPLS = ("auto", "sdpa", "fused", "materialized")
 POSITIONS = ("learned", "sinusoidal")
+POOLINGS = ("first", "mean")
 
 
 def reject_unknown(cls):
@@ -60,6 +61,10 @@ class ModelConfig:
     # exactly as they were). n_decoder_layers: translation only; None means n_layers.
     dropout: float = 0.0
     n_decoder_layers: int | None = None
+    # task="classification" only: the head's outputs (1: regression) and what it reads: the first
+    # position (the <eod> the inputs start with, BERT's [CLS]) or the mean over the unpadded tokens.
+    n_labels: int = 2
+    pooling: str = "first"
 
     def __post_init__(self) -> None:
 
@@ -70,7 +75,8 @@ class ModelConfig:
         choice("init", self.init, INITS)
         choice("attn_impl", self.attn_impl, ATTN_IMPLS)
         choice("positions", self.positions, POSITIONS)
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
+        choice("pooling", self.pooling, POOLINGS)
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len", "n_labels"):
             positive(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ValueError(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from blocklab.validate import choice
 
 # The tasks a model can be built for; each block's spec names those it offers.
-TASKS = ("clm", "mlm", "translation")
+TASKS = ("clm", "mlm", "translation", "classification")
 
 # classic: Post-LN, Pre-LN and the parallel block (SPEC section 2); simplified: He & Hofmann's blocks;
 # successor: the published blocks of SPEC section 2b; ablation: a probe's contrast, not a block to train.

@@ -8,7 +8,9 @@ import math
 import torch
 import torch.nn as nn
 
+from blocklab.blocks import REGISTRY
 from blocklab.config import ModelConfig
+from blocklab.layers import make_norm
 from blocklab.model.loss import chunked_cross_entropy
 
 
@@ -89,6 +91,24 @@ class TokenModel(nn.Module):
         else:
             pos = self.pos_table[start:start + T]
         return self.tok(ids) * self.embed_scale + pos
+
+    def encoder_stack(self, cfg: ModelConfig) -> None:
+        """The embeddings (`pos` positions), cfg.n_layers blocks and the final norm of an encoder or a
+        decoder-only model, built in this order (the order init_weights draws in)."""
+        spec = REGISTRY[cfg.block]
+        self.embeddings(cfg, "pos")
+        self.blocks = nn.ModuleList(spec.cls(cfg, i) for i in range(cfg.n_layers))
+        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if spec.final_norm else nn.Identity()
+
+    def encode(self, input_ids: torch.Tensor, attention_mask=None, output_hidden_states: bool = False):
+        """(final-normed hidden states (B, T, d), every block's output when asked) of encoder_stack."""
+        check_ids(input_ids)
+        if input_ids.shape[1] > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_seq_len={self.cfg.max_seq_len}")
+        key_mask = attention_mask.bool() if attention_mask is not None else None
+        x, hidden = self.run_blocks(self.blocks, self.token_embedding(input_ids, "pos"), key_mask,
+                                    output_hidden_states)
+        return self.final_norm(x), hidden
 
     @property
     def head_weight(self) -> torch.Tensor:
