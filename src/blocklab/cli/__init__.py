@@ -8,7 +8,7 @@ import sys
 from blocklab.errors import UserError
 from blocklab.overrides import split_overrides
 
-COMMANDS = ("train", "generate", "translate", "probe", "compare", "report", "bench", "check")
+COMMANDS = ("train", "finetune", "generate", "translate", "probe", "compare", "report", "bench", "check")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -57,6 +57,11 @@ class DataConfig:
     # sample spread over the corpus: merges stop changing long before a GB-scale corpus
     # is exhausted, while training time and memory grow with the text.
     tokenizer_sample_mb: float = 256.0
+    # task="classification" (data/downstream.py): the embedded code tasks are built from this many MB
+    # of the environment's Python files, and max_examples caps the training split (validation gets a
+    # quarter of it); None: every example.
+    task_pool_mb: float = 8.0
+    max_examples: int | None = None
 
     def __post_init__(self):
         if isinstance(self.source, os.PathLike):
@@ -81,6 +86,9 @@ class DataConfig:
         if not isinstance(self.streaming, bool):
             raise ConfigError(f"streaming={self.streaming!r} is invalid: expected true or false")
         _float_field("tokenizer_sample_mb", self.tokenizer_sample_mb, 0.0, float("inf"), lo_open=True, hi_open=True)
+        _float_field("task_pool_mb", self.task_pool_mb, 0.0, float("inf"), lo_open=True, hi_open=True)
+        if self.max_examples is not None:
+            _int_field("max_examples", self.max_examples, 1)
         if isinstance(self.cache_dir, os.PathLike):
             self.cache_dir = os.fspath(self.cache_dir)
         if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir):

@@ -85,10 +85,11 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizer: to
 
 
 def _prune(root: Path, keep: int) -> None:
-    """Drop old checkpoints and temporary folders left by killed writers."""
+    """Drop all but the `keep` newest checkpoints (0: keep every one) and temporary folders left by
+    killed writers."""
     latest = (root / LATEST).read_text().strip()
     done = sorted(p for p in root.glob("step-*") if p.is_dir())
-    for p in done[:-keep]:
+    for p in done[:-keep] if keep else []:
         if p.name != latest:
             shutil.rmtree(p, ignore_errors=True)
     for p in root.glob(".tmp-*"):
@@ -100,12 +101,23 @@ def has_checkpoint(root: Path) -> bool:
     return (root / LATEST).is_file()
 
 
-def load_checkpoint(root: Path) -> dict:
-    """The latest checkpoint as {'step', 'model', 'optimizer', 'extra', ...}; UserError if missing or damaged."""
+def checkpoint_steps(root: Path) -> list[int]:
+    """The steps of the complete checkpoints under root."""
+    return sorted(int(p.name[5:]) for p in root.glob("step-*") if p.is_dir() and (p / "manifest.json").is_file())
+
+
+def load_checkpoint(root: Path, step: int | None = None) -> dict:
+    """The latest checkpoint (or that of `step`) as {'step', 'model', 'optimizer', 'extra', ...};
+    UserError if missing or damaged."""
     pointer = root / LATEST
     if not pointer.is_file():
         raise UserError(f"no checkpoint to resume from in {root}")
     ckpt = root / pointer.read_text().strip()
+    if step is not None:
+        ckpt = root / f"step-{step:08d}"
+        if not ckpt.is_dir():
+            have = ", ".join(map(str, checkpoint_steps(root))) or "none"
+            raise UserError(f"{root} has no checkpoint of step {step}; it has: {have}")
     try:
         manifest = json.loads((ckpt / "manifest.json").read_text())
         for name, digest in manifest.items():

@@ -54,6 +54,11 @@ class TrainConfig:
     # different warm-ups (none included) share one decay; None: warmup_steps, or 5% of steps without warm-up.
     inv_sqrt_scale: int | None = None
     label_smoothing: float = 0.0  # task="translation" only (training loss; evaluation is the plain NLL)
+    keep_checkpoints: int = 2     # the newest checkpoints kept; 0 keeps every one (fine-tuning along pre-training)
+    # task="classification": start the encoder from this mlm run's checkpoint (init_step; None: its
+    # latest), with a fresh head; its tokenizer too (training/finetune.py). None: from scratch.
+    init_from: str | None = None
+    init_step: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "log_every", "eval_every", "eval_batches", "checkpoint_every"):
@@ -85,7 +90,8 @@ class TrainConfig:
             raise ValueError(f"train.stall_margin={self.stall_margin!r} is not valid; it must be > 0")
         if not 0 <= _num(self.label_smoothing) < 1:
             raise ValueError(f"train.label_smoothing={self.label_smoothing!r} is not valid; it must be in [0, 1)")
-        for name, value in (("stall_patience", self.stall_patience), ("inv_sqrt_scale", self.inv_sqrt_scale)):
+        for name, value in (("stall_patience", self.stall_patience), ("inv_sqrt_scale", self.inv_sqrt_scale),
+                            ("keep_checkpoints", self.keep_checkpoints), ("init_step", self.init_step)):
             if (value is not None or name == "stall_patience") and (
                     isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ValueError(f"train.{name}={value!r} is not valid; it must be an integer >= 0")
@@ -134,6 +140,8 @@ class RunConfig:
             raise UserError(f"data.seq_len={data.seq_len} exceeds model.max_seq_len={model.max_seq_len}")
         if train.label_smoothing and model.task != "translation":
             raise UserError(f"train.label_smoothing={train.label_smoothing!r} applies to model.task='translation' only")
+        if train.init_from is not None and model.task != "classification":
+            raise UserError("train.init_from applies to model.task='classification' only (blocklab finetune)")
         if data.vocab_size > model.vocab_size:
             raise UserError(f"data.vocab_size={data.vocab_size} exceeds model.vocab_size={model.vocab_size}")
         return cls(model, data, train)

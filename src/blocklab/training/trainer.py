@@ -146,7 +146,8 @@ class Trainer:
 
     def save(self, step: int) -> None:
         if self.dist.main:
-            save_checkpoint(self.out / "checkpoints", step, self.model, self.optimizer, dict(self.state, step=step))
+            save_checkpoint(self.out / "checkpoints", step, self.model, self.optimizer, dict(self.state, step=step),
+                            keep=self.cfg.train.keep_checkpoints)
 
     def summary(self, status: str, step: int, extra: dict | None = None) -> dict:
         s, t = self.state, self.cfg.train

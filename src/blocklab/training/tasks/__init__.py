@@ -10,10 +10,12 @@ from __future__ import annotations
 from blocklab.errors import UserError
 from blocklab.training.config import RunConfig
 from blocklab.training.tasks.base import Batches, BatchSource, Task, TaskData
+from blocklab.training.tasks.classification import Classification
 from blocklab.training.tasks.lm import CausalLM, MaskedLM
 from blocklab.training.tasks.translation import Translation
 
-TASKS: dict[str, type[Task]] = {"clm": CausalLM, "mlm": MaskedLM, "translation": Translation}
+TASKS: dict[str, type[Task]] = {"clm": CausalLM, "mlm": MaskedLM, "translation": Translation,
+                                "classification": Classification}
 
 
 def get_task(cfg: RunConfig) -> Task:

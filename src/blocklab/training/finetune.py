@@ -1,0 +1,119 @@
+"""Fine-tuning (`blocklab finetune`): the encoder of an mlm run, a fresh classification head, the usual
+BERT recipe, one run directory per seed and their mean ± sd (SPEC sections 3 and 5).
+
+The recipe (FINETUNE_TRAIN): AdamW, lr 1e-4 with 10% warm-up and linear decay, batch 32, weight
+decay 0.01, 5 epochs (He & Hofmann fine-tune 5 epochs), evaluation after every epoch, the final
+epoch's score reported (no selection on the validation split). Divergence: a non-finite loss, or a
+loss 10x the first one; the run ends `diverged`, as SAS-P without norm did in He & Hofmann's GLUE runs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from blocklab.atomic import write_atomic
+from blocklab.errors import UserError
+from blocklab.training.checkpoint import checkpoint_steps
+from blocklab.training.config import RunConfig
+from blocklab.training.pretrained import pretraining_run
+from blocklab.training.tasks.classification import load_data
+from blocklab.training.trainer import train
+
+FINETUNE_TRAIN = {"optimizer": "adamw", "lr": 1e-4, "schedule": "linear", "batch_size": 32,
+                  "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999, "grad_clip": 1.0,
+                  "divergence_factor": 10.0, "stall_patience": 0}
+EPOCHS = 5
+WARMUP = 0.1
+
+
+def finetune_config(run: str | Path, task: str, seed: int, overrides: dict | None = None,
+                    n_train: int | None = None, n_labels: int = 2, epochs: float = EPOCHS,
+                    step: int | None = None) -> RunConfig:
+    """The RunConfig of one fine-tuning run: the mlm run's model as a classifier, FINETUNE_TRAIN, then
+    `overrides` ({"train": {...}, ...}); `n_train` examples give the steps of `epochs` epochs."""
+    pre = pretraining_run(run)
+    over = {k: dict(v) for k, v in (overrides or {}).items()}
+    model = dict(pre.cfg.model.to_dict(), task="classification", n_labels=n_labels, **over.pop("model", {}))
+    data = {"source": task, "vocab_size": pre.data.vocab_size, "seq_len": pre.cfg.model.max_seq_len,
+            "cache_dir": pre.data.cache_dir, **over.pop("data", {})}
+    train = dict(FINETUNE_TRAIN, seed=seed, init_from=str(pre.path), init_step=step,
+                 precision=pre.cfg.train.precision, device=pre.cfg.train.device, **over.pop("train", {}))
+    if over:
+        raise UserError(f"unknown config section [{next(iter(over))}]")
+    if n_train is not None and "steps" not in train:
+        per_epoch = max(1, math.ceil(n_train / train["batch_size"]))
+        train["steps"] = max(1, math.ceil(epochs * per_epoch))
+        train.setdefault("warmup_steps", int(round(WARMUP * train["steps"])))
+        train.setdefault("eval_every", per_epoch)
+        train.setdefault("log_every", max(1, per_epoch // 5))
+        train.setdefault("checkpoint_every", train["steps"])
+    return RunConfig.from_dict({"model": model, "data": data, "train": train})
+
+
+def count_examples(run: str | Path, task: str, overrides: dict | None, log) -> tuple[int, int]:
+    """(training examples the model will see, number of labels) of `task` under the run's tokenizer."""
+    data = load_data(finetune_config(run, task, 0, overrides), log)
+    return len(data.train.ids), data.labelled.n_labels
+
+
+def aggregate(summaries: list[dict]) -> dict:
+    """Mean ± sd of the final score over the seeds that did not diverge, and the failures."""
+    ok = [s["final_score"] for s in summaries if s["status"] == "completed" and s.get("final_score") is not None
+          and math.isfinite(s["final_score"])]
+    return {"seeds": [s["seed"] for s in summaries], "scores": [s.get("final_score") for s in summaries],
+            "statuses": [s["status"] for s in summaries],
+            "mean": statistics.fmean(ok) if ok else None,
+            "sd": statistics.stdev(ok) if len(ok) > 1 else (0.0 if ok else None),
+            "failed": sum(s["status"] == "diverged" for s in summaries)}
+
+
+def finetune(run: str | Path, task: str, out: str | Path, seeds=(0,), step: int | None = None,
+             epochs: float = EPOCHS, overrides: dict | None = None, progress: bool | None = None,
+             log=print) -> dict:
+    """Fine-tune the mlm run `run` on `task` once per seed into out/seed-N; out/finetune.json holds the
+    per-seed results and their mean ± sd. Finished seeds are kept; an interrupted one resumes."""
+    out = Path(out)
+    pre = pretraining_run(run)
+    steps = checkpoint_steps(pre.path / "checkpoints")
+    if step is not None and step not in steps:  # before the data is built: a typo fails at once
+        raise UserError(f"{pre.path / 'checkpoints'} has no checkpoint of step {step}; it has: "
+                        f"{', '.join(map(str, steps)) or 'none'}")
+    n_train, n_labels = count_examples(run, task, overrides, log)
+    summaries = []
+    for seed in seeds:
+        cfg = finetune_config(run, task, seed, overrides, n_train, n_labels, epochs, step)
+        run_dir = out / f"seed-{seed}"
+        done = _summary(run_dir)
+        if done and done.get("status") in ("completed", "diverged"):
+            log(f"seed {seed}: {done['status']} earlier, kept")
+            summaries.append(dict(done, seed=seed))
+            continue
+        log(f"fine-tuning {pretraining_run(run).path.name} on {task}, seed {seed}: {cfg.train.steps} steps")
+        s = train(cfg, run_dir, resume=(run_dir / "config.toml").is_file(), progress=progress, log=log)
+        summaries.append(dict(s, seed=seed))
+        if s["status"] == "interrupted":
+            break
+        log(f"seed {seed}: {s['status']}, {s['metric']} {_fmt(s.get('final_score'))} "
+            f"(majority baseline {s['majority_baseline']:.1f})")
+    first = summaries[0]
+    result = {"run": str(pretraining_run(run).path), "task": task, "init_step": step, "epochs": epochs,
+              "metric": first.get("metric"), "n_train": first.get("n_train"), "n_val": first.get("n_val"),
+              "majority_baseline": first.get("majority_baseline"), "block": first.get("block"),
+              "status": "interrupted" if any(s["status"] == "interrupted" for s in summaries) else "completed",
+              **aggregate(summaries)}
+    write_atomic(out / "finetune.json", json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _summary(run_dir: Path) -> dict | None:
+    p = run_dir / "summary.json"
+    try:
+        return json.loads(p.read_text()) if p.is_file() else None
+    except ValueError:
+        return None
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
