@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from blocklab.experiments.warmup_presets import WARMUP, WARMUP_GPU
 from blocklab.experiments.translation_presets import XIONG_IWSLT, XIONG_IWSLT_GPU
+from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_BERT
 
 # Each paper's claim in its own paper's setting, two seeds each, sized so that `make demo`
 # (install included) ends within 15 minutes on 2 CPU cores. The settings come from a documented
@@ -100,4 +101,4 @@ DEPTH = {
 }
 
 PRESETS = {p["name"]: p for p in (QUICK, XIONG_WARMUP, HE_CODEPARROT, DEPTH, WARMUP, WARMUP_GPU,
-                                   XIONG_IWSLT, XIONG_IWSLT_GPU)}
+                                   XIONG_IWSLT, XIONG_IWSLT_GPU, HE_BERT, HE_BERT_GPU, XIONG_BERT)}

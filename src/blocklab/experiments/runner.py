@@ -43,7 +43,13 @@ def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=p
         log(f"{head}: {summary['status']} at step {summary['step']}, loss {_f(summary['final_loss'])}, "
             f"eval {_f(summary['final_eval_loss'])}, {_f(summary['tokens_per_s'], '.0f')} tokens/s")
         if summary["status"] == "interrupted":
-            log(f"sweep interrupted; run the same command again to continue")
+            log("sweep interrupted; run the same command again to continue")
+            return {"status": "interrupted", "runs": results}
+    if sweep.finetune is not None:
+        from blocklab.experiments.downstream import run_finetunes
+
+        if run_finetunes(sweep.finetune, sweep.runs, out, progress, log)["status"] == "interrupted":
+            log("sweep interrupted while fine-tuning; run the same command again to continue")
             return {"status": "interrupted", "runs": results}
     return {"status": "completed", "runs": results}
 

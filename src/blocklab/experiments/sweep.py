@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from blocklab.errors import UserError
+from blocklab.experiments.downstream import FinetuneStage, parse_stage
 from blocklab.training.config import RunConfig, load_config, read_toml
 
 SHORT = {"model.block": "", "train.lr": "lr", "train.warmup_steps": "wu", "train.seed": "s", "model.n_layers": "L",
@@ -40,10 +41,13 @@ class Sweep:
     expected_cost: str = ""
     target_run: str | None = None  # the report's steps-to-target uses this run's final loss (a group name)
     seeds: list[int] | None = None  # every run repeated once per seed (train.seed), averaged in the report
+    finetune: FinetuneStage | None = None  # fine-tune every (mlm) run afterwards (experiments/downstream.py)
+    reference: dict | None = None  # the paper's numbers the report sets beside ours (reporting/downstream.py)
 
     def to_json(self) -> dict:
         return {"name": self.name, "description": self.description, "expected_cost": self.expected_cost,
-                "target_run": self.target_run, "seeds": self.seeds,
+                "target_run": self.target_run, "seeds": self.seeds, "reference": self.reference,
+                "finetune": self.finetune.to_json() if self.finetune else None,
                 "base": self.base, "probes": self.probes,
                 "runs": [{"name": r.name, "label": r.label, "overrides": r.overrides, "group": r.group,
                           "group_label": r.group_label, "seed": r.seed} for r in self.runs]}
@@ -77,7 +81,8 @@ def _slug(text: str) -> str:
 
 def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
     """A sweep from its dict form (a preset, or a parsed SWEEP.toml); `extra` overrides every run."""
-    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost", "target_run", "seeds"}
+    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost", "target_run", "seeds",
+             "finetune", "reference"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
@@ -110,12 +115,18 @@ def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
             r.config = load_config(None, _merge(base, r.overrides))
         except UserError as e:
             raise UserError(f"run {r.label!r}: {e}") from None
+    stage = parse_stage(spec.get("finetune"))
+    if stage is not None and any(r.config.model.task != "mlm" for r in runs):
+        bad = next(r for r in runs if r.config.model.task != "mlm")
+        raise UserError(f"run {bad.label!r} is a {bad.config.model.task} run; a sweep with [finetune] pre-trains "
+                        "mlm runs (model.task = \"mlm\")")
     target_run = spec.get("target_run")
     groups = list(dict.fromkeys(r.group for r in runs))
     if target_run is not None and target_run not in groups:
         raise UserError(f"target_run {target_run!r} is not a run of the sweep; runs: {', '.join(groups)}")
     return Sweep(spec.get("name", "sweep"), spec.get("description", ""), base, runs, spec.get("probes"),
-                 spec.get("expected_cost", ""), target_run, seeds)
+                 spec.get("expected_cost", ""), target_run, seeds, stage,
+                 spec.get("reference"))
 
 
 def _with_seeds(runs: list[RunSpec], seeds) -> list[RunSpec]:

@@ -14,6 +14,7 @@ from blocklab.atomic import write_atomic
 from blocklab.reporting.analysis import (Target, choose_target, markdown_table, run_row, smoothing_window,
                                          varying_settings)
 from blocklab.reporting import claims
+from blocklab.reporting import downstream
 from blocklab.reporting.bleu import bleu_sentence, bleu_table, plot_bleu
 from blocklab.reporting.groups import group_markdown_table, group_row, group_runs
 from blocklab.reporting.heatmap import plot_warmup_heatmap
@@ -22,7 +23,7 @@ from blocklab.reporting.runs import Run, load_runs
 FIGURES_DIR = "figures"
 # The figures this module writes into figures/ (removed before each report, so none goes stale).
 _OWN = ("loss_vs_step.png", "loss_vs_time.png", "eval_loss.png", "warmup_heatmap.png", "gains_*.png", "probes_*.png",
-        "bleu.png")
+        "bleu.png", downstream.FIGURE)
 
 
 @dataclass
@@ -213,6 +214,9 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     if bleu:
         sections.append(Section("bleu", "BLEU", figures=fig(bleu, "BLEU against steps", bleu_sentence(existing)),
                                 pre=bleu_table(existing)))
+    down = _downstream_section(root, existing, sweep, fig_dir)
+    if down:
+        sections.append(down)
     heat = plot_warmup_heatmap(pairs, fig_dir / "warmup_heatmap.png")
     if heat:
         sections.append(Section("warmup-heatmap", "Warm-up and learning rate", figures=fig(
@@ -243,6 +247,31 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     return Report(root=root, title=f"blocklab report: {title}", description=str(sweep.get("description") or ""),
                   meta=_meta(root, runs, sweep), runs=runs, rows=rows, target=target,
                   notes=_notes(runs, target), sections=sections, group_rows=[row for _, row in pairs])
+
+
+def _downstream_section(root: Path, runs: list[Run], sweep: dict, fig_dir: Path) -> Section | None:
+    stage = sweep.get("finetune")
+    if not stage:
+        return None
+    seeds = ", ".join(map(str, stage["seeds"]))
+    intro = (f"Each pre-trained encoder fine-tuned on {', '.join(stage['tasks'])} ({stage['epochs']:g} epochs, "
+             f"seeds {seeds}; blocklab finetune's recipe). A task's cell is its validation score, mean ± sd over "
+             "the seeds that did not diverge; `score` averages the tasks; `failed` counts fine-tuning runs that "
+             "diverged (non-finite or exploding loss).")
+    if not stage.get("steps"):
+        pre = downstream.table(root, runs, stage, sweep.get("reference"), sweep.get("target_run"))
+        if not pre:
+            return Section("downstream", "Downstream: fine-tuning", [intro, "No fine-tuning results yet."])
+        speed = ("`speed`: pre-training tokens/s relative to the reference run, measured in this sweep's runs "
+                 "(one after another on this machine, so a noisy figure; `blocklab bench` measures it side by side).")
+        return Section("downstream", "Downstream: fine-tuning", [intro, speed], pre=pre)
+    curves = downstream.along_pretraining(root, runs, stage)
+    path = downstream.plot_along(curves, runs, fig_dir / downstream.FIGURE)
+    figs = [Figure(path, "Downstream score against pre-training steps",
+                   " ".join(downstream.reach_sentences(curves)))] if path else []
+    return Section("downstream", "Downstream: fine-tuning along pre-training",
+                   [intro + f" Checkpoints of steps {', '.join(map(str, stage['steps']))}."]
+                   + ([] if figs else ["No fine-tuning results yet."]), figures=figs)
 
 
 def generate_report(root: str | Path, target_loss: float | None = None) -> Report:

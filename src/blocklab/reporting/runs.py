@@ -25,7 +25,8 @@ else:  # pragma: no cover
 
 MAX_DEPTH = 3
 # Folders that belong to a run or to the report, never a run themselves.
-SKIP_DIRS = {"checkpoints", "tb", "figures", "probes", "__pycache__"}
+# finetune/: a sweep's fine-tuning runs, which the downstream section reads (reporting/downstream.py).
+SKIP_DIRS = {"checkpoints", "tb", "figures", "probes", "finetune", "__pycache__"}
 UNKNOWN_STATUS = "running/unknown"
 
 

@@ -1,0 +1,130 @@
+"""The report's downstream section: the fine-tuning results of a sweep with a `finetune` stage
+(experiments/downstream.py), read from DIR/finetune/RUN/[step-N/]TASK/finetune.json.
+
+Two shapes, by the stage: from each run's final checkpoint, a table in the form of He & Hofmann's
+Table 1 (score per task as mean ± sd over the fine-tuning seeds, their mean, parameters, speed
+relative to the reference run, failures), with the paper's numbers beside ours where the sweep gives
+them (`reference`); from checkpoints along pre-training (`steps`), the score against the
+pre-training step per run (Xiong et al. Fig. 4) and the step at which each run first reaches another
+run's final score.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from blocklab.reporting.figures import _figure, _legend, _save, run_styles
+from blocklab.reporting.runs import Run
+
+FIGURE = "downstream.png"
+
+
+def _slug(task: str) -> str:  # experiments/downstream.py's stage_dir, read-only here
+    return task.replace("/", "_").replace(":", "_")
+
+
+def _result(root: Path, run: str, task: str, step: int | None) -> dict | None:
+    p = root / "finetune" / run / (_slug(task) if step is None else f"step-{step}/{_slug(task)}") / "finetune.json"
+    try:
+        return json.loads(p.read_text()) if p.is_file() else None
+    except ValueError:
+        return None
+
+
+def _pm(mean, sd) -> str:
+    return "n/a" if mean is None else f"{mean:.1f} ± {sd:.1f}"
+
+
+def _overall(results: list[dict | None]) -> float | None:
+    """The GLUE-like score: the mean over tasks of each task's mean (none while a task has no mean)."""
+    means = [r["mean"] for r in results if r and r.get("mean") is not None]
+    return statistics.fmean(means) if results and len(means) == len(results) else None
+
+
+def _pretraining(runs: list[Run], name: str) -> Run | None:
+    return next((r for r in runs if r.name.removeprefix("runs/") == name), None)
+
+
+def table(root: Path, runs: list[Run], stage: dict, reference: dict | None, ref_run: str | None) -> str:
+    """He & Hofmann's Table 1 with our numbers: one row per pre-training run."""
+    tasks = stage["tasks"]
+    base = _pretraining(runs, ref_run) if ref_run else None
+    base_tps = (base.summary or {}).get("tokens_per_s") if base else None
+    head = ["run", "params", "speed"] + [t[:18] for t in tasks] + ["score", "failed"]
+    if reference:
+        head += ["paper score", "paper params", "paper speed"]
+    rows, baselines = [head], []
+    for r in runs:
+        if not r.exists:
+            continue
+        results = [_result(root, r.name.removeprefix("runs/"), t, None) for t in tasks]
+        if not any(results):
+            continue
+        s = r.summary or {}
+        speed = (f"{s['tokens_per_s'] / base_tps:.2f}x" if base_tps and s.get("tokens_per_s") else "n/a")
+        failed = sum(x["failed"] for x in results if x)
+        seeds = sum(len(x["seeds"]) for x in results if x)
+        overall = _overall(results)
+        row = [r.label, f"{s['n_params'] / 1e6:.2f}M" if s.get("n_params") else "n/a", speed]
+        row += [_pm(x["mean"], x["sd"]) if x else "not run" for x in results]
+        row += ["n/a" if overall is None else f"{overall:.1f}", f"{failed}/{seeds}"]
+        if reference:
+            paper = reference.get(r.block, {})
+            row += [paper.get("score", ""), paper.get("params", ""), paper.get("speed", "")]
+        rows.append(row)
+        baselines = baselines or [x.get("majority_baseline") if x else None for x in results]
+    if len(rows) == 1:
+        return ""
+    if baselines and all(b is not None for b in baselines):
+        rows.append(["majority class", "", ""] + [f"{b:.1f}" for b in baselines]
+                    + [f"{statistics.fmean(baselines):.1f}", ""] + (["", "", ""] if reference else []))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def along_pretraining(root: Path, runs: list[Run], stage: dict) -> dict[str, list[tuple[int, float]]]:
+    """{run label: [(pre-training step, score)]} for the runs fine-tuned at every step."""
+    out = {}
+    for r in runs:
+        points = []
+        for step in stage["steps"]:
+            overall = _overall([_result(root, r.name.removeprefix("runs/"), t, step) for t in stage["tasks"]])
+            if overall is not None:
+                points.append((step, overall))
+        if points:
+            out[r.label] = points
+    return out
+
+
+def plot_along(curves: dict, runs: list[Run], path: Path) -> Path | None:
+    if not curves:
+        return None
+    styles = run_styles(runs)
+    fig, ax = _figure()
+    for r in runs:
+        if r.label in curves:
+            colour, ls = styles.get(r.name, ("#333333", "-"))
+            xs, ys = zip(*curves[r.label])
+            ax.plot(xs, ys, ls, color=colour, marker="o", label=r.label)
+    ax.set_xlabel("pre-training step of the checkpoint")
+    ax.set_ylabel("downstream score (mean over tasks and seeds)")
+    ax.set_title("Downstream score of checkpoints along pre-training", fontsize=10)
+    ax.grid(alpha=0.3)
+    _legend(ax, len(curves))
+    return _save(fig, path)
+
+
+def reach_sentences(curves: dict) -> list[str]:
+    """For each ordered pair of runs: the first checkpoint at which A scores at least B's final score."""
+    out = []
+    for a, pa in curves.items():
+        for b, pb in curves.items():
+            if a == b:
+                continue
+            target = pb[-1][1]
+            hit = next((step for step, sc in pa if sc >= target), None)
+            out.append(f"{a} reaches {b}'s final score ({target:.1f}) " +
+                       (f"at step {hit} ({hit / pb[-1][0]:.0%} of {b}'s {pb[-1][0]} steps)." if hit is not None
+                        else "at none of its checkpoints."))
+    return out
