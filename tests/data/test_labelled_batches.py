@@ -72,3 +72,9 @@ def test_cap_keeps_whole_sources(tok):
     assert capped.docs == ["f0", "f0", "f1", "f1"]  # the second source is taken whole
     assert data.cap(None, order=str) is data
     assert np.array_equal(capped.labels, data.labels[:4])
+
+
+def test_a_fixed_length_gives_one_shape(tok):
+    b = LabelledBatches(_data(tok), batch_size=4, seed=0, pad_to=32)
+    assert {b.get(s)[0].shape for s in range(5)} == {(4, 32)}
+    assert {x[0].shape[1] for x in b.val_batches()} == {32}

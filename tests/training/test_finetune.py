@@ -110,3 +110,32 @@ def test_finetune_help_lists_the_tasks(capsys):
     out = capsys.readouterr().out
     assert all(t in out for t in ("exception-type", "variable-misuse", "wrong-operator", "swapped-operand",
                                   "docstring-mismatch", "hf:"))
+
+
+def test_evaluation_runs_at_the_run_precision(mlm_run, separable, tmp_path, monkeypatch):
+    """A compiled block recompiles when autocast switches off for evaluation (seen on an H100): the
+    task's evaluation runs inside the run's autocast, as training does."""
+    from blocklab.training.tasks.classification import Classification
+
+    seen = []
+    original = Classification.evaluate
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Classification, "evaluate", spy)
+    finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1,
+             overrides={"train": {"precision": "bf16", "device": "cpu"}}, progress=False, log=lambda *a: None)
+    assert seen and all(seen)
+
+
+def test_compiled_runs_pad_every_batch_to_one_length(mlm_run, separable):
+    from blocklab.training.tasks.classification import Classification
+
+    for compile_, lengths in ((True, {32}), (False, None)):
+        cfg = finetune_config(mlm_run, str(separable), 0, {"train": {"compile": compile_, "device": "cpu"}}, n_train=240)
+        task = Classification(cfg)
+        batches = task.batches(task.prepare(lambda *a: None), lambda *a: None)
+        got = {batches.train.get(s)[0].shape[1] for s in range(6)} | {b[0].shape[1] for b in batches.val.val_batches()}
+        assert got == lengths if lengths else max(got) < 32

@@ -88,10 +88,10 @@ def encode_examples(tokenizer, examples: Sequence[Example], max_len: int, regres
     return Encoded(ids, np.asarray(labels, dtype=dtype), docs, dropped, truncated)
 
 
-def pad_rows(rows: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded (B, T) ids and their attention mask; T = the longest row (no work on padding
-    beyond the batch's own)."""
-    T = max(len(r) for r in rows)
+def pad_rows(rows: Sequence[np.ndarray], length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (B, T) ids and their attention mask; T = `length`, or the longest row (no work on
+    padding beyond the batch's own)."""
+    T = length or max(len(r) for r in rows)
     ids = np.full((len(rows), T), PAD_ID, dtype=np.int64)
     mask = np.zeros((len(rows), T), dtype=np.int64)
     for i, r in enumerate(rows):
@@ -102,12 +102,14 @@ def pad_rows(rows: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
 class LabelledBatches:
     """(ids, attention mask, labels) batches of one split."""
 
-    def __init__(self, data: Encoded, batch_size: int, seed: int, what: str = "training"):
+    def __init__(self, data: Encoded, batch_size: int, seed: int, what: str = "training", pad_to: int | None = None):
+        """pad_to: every batch padded to this length (a compiled model sees one shape, not one per
+        batch, which would recompile it); None: to the batch's longest example."""
         _check_int("batch_size", batch_size, 1)
         _check_int("seed", seed, 0)
         if not data.ids:
             raise UserError(f"the {what} split has no examples that fit the model's sequence length")
-        self.data, self.batch_size, self.seed = data, batch_size, seed
+        self.data, self.batch_size, self.seed, self.pad_to = data, batch_size, seed, pad_to
         self.n = len(data.ids)
         # Tokens of one global batch for the throughput count: the mean example, not the padding.
         self.tokens_per_step = max(1, round(batch_size * float(np.mean([len(r) for r in data.ids]))))
@@ -116,7 +118,7 @@ class LabelledBatches:
         return -(-self.n // self.batch_size)
 
     def _batch(self, index: np.ndarray):
-        ids, mask = pad_rows([self.data.ids[i] for i in index])
+        ids, mask = pad_rows([self.data.ids[i] for i in index], self.pad_to)
         return ids, mask, torch.from_numpy(self.data.labels[index])
 
     def get(self, step: int, rank: int = 0, world_size: int = 1):

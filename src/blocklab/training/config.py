@@ -97,6 +97,11 @@ class TrainConfig:
                 raise ValueError(f"train.{name}={value!r} is not valid; it must be an integer >= 0")
 
 
+def compiles(t: TrainConfig, device_type: str) -> bool:
+    """Whether a run compiles its blocks on a device of this type (train.compile auto: on CUDA only)."""
+    return t.compile is True or (t.compile == "auto" and device_type == "cuda")
+
+
 def _num(x) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
         return float("nan")

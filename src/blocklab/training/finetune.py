@@ -35,11 +35,11 @@ def finetune_config(run: str | Path, task: str, seed: int, overrides: dict | Non
     `overrides` ({"train": {...}, ...}); `n_train` examples give the steps of `epochs` epochs."""
     pre = pretraining_run(run)
     over = {k: dict(v) for k, v in (overrides or {}).items()}
-    model = dict(pre.cfg.model.to_dict(), task="classification", n_labels=n_labels, **over.pop("model", {}))
+    model = {**pre.cfg.model.to_dict(), "task": "classification", "n_labels": n_labels, **over.pop("model", {})}
     data = {"source": task, "vocab_size": pre.data.vocab_size, "seq_len": pre.cfg.model.max_seq_len,
             "cache_dir": pre.data.cache_dir, **over.pop("data", {})}
-    train = dict(FINETUNE_TRAIN, seed=seed, init_from=str(pre.path), init_step=step,
-                 precision=pre.cfg.train.precision, device=pre.cfg.train.device, **over.pop("train", {}))
+    train = {**FINETUNE_TRAIN, "seed": seed, "init_from": str(pre.path), "init_step": step,
+             "precision": pre.cfg.train.precision, "device": pre.cfg.train.device, **over.pop("train", {})}
     if over:
         raise UserError(f"unknown config section [{next(iter(over))}]")
     if n_train is not None and "steps" not in train:

@@ -16,7 +16,7 @@ from blocklab.model import count_parameters
 from blocklab.training import distributed
 from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint
-from blocklab.training.config import RunConfig, load_config, to_toml
+from blocklab.training.config import RunConfig, compiles, load_config, to_toml
 from blocklab.attention.modules import attention_path
 from blocklab.training.logger import MetricsLogger
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
@@ -79,7 +79,7 @@ class Trainer:
         self.model = self.task.build_model().to(dev)
         self.optimizer = make_optimizer(self.model, t)
         self.forward = self.dist.wrap(self.model)
-        self.compiled = t.compile is True or (t.compile == "auto" and dev.type == "cuda")
+        self.compiled = compiles(t, dev.type)
         if self.compiled:
             self.task.compile(self.model)
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
@@ -220,8 +220,11 @@ class Trainer:
                         best = self.state["best_eval_loss"]
                         self.state.update(last_eval_loss=ev, best_eval_loss=ev if best is None else min(best, ev))
                         row = dict(row or {"step": done}, eval_loss=ev)
-                        row.update(self.task.evaluate(self.model, self.data, self.batches.val, self.dist.device,
-                                                      self.state))
+                        # At the run's precision, as training: a compiled block would otherwise recompile
+                        # for autocast off (on an H100 a fine-tuning run hit dynamo's recompile limit).
+                        with self.autocast():
+                            row.update(self.task.evaluate(self.model, self.data, self.batches.val,
+                                                          self.dist.device, self.state))
                     if row is not None:
                         logger.write(row)
                     logger.advance()

@@ -16,6 +16,7 @@ from blocklab.data.scores import majority_baseline, score
 from blocklab.data.tokenizer import train_tokenizer
 from blocklab.errors import UserError
 from blocklab.training import pretrained
+from blocklab.training.config import compiles
 from blocklab.training.tasks.base import Batches, Task
 
 
@@ -71,8 +72,12 @@ class Classification(Task):
 
     def batches(self, data: ClassificationData, log) -> Batches:
         t = self.cfg.train
-        return Batches(LabelledBatches(data.train, t.batch_size, t.seed, "training"),
-                       LabelledBatches(data.val, t.batch_size, t.seed, "validation"))
+        # Compiled blocks recompile for every new sequence length (on an H100, fine-tuning hit dynamo's
+        # limit of 8 and fell back to eager): pad to max_seq_len there; eager runs pad per batch.
+        cuda = t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
+        pad_to = self.cfg.model.max_seq_len if compiles(t, "cuda" if cuda else "cpu") else None
+        return Batches(LabelledBatches(data.train, t.batch_size, t.seed, "training", pad_to),
+                       LabelledBatches(data.val, t.batch_size, t.seed, "validation", pad_to))
 
     def build_model(self):
         model = super().build_model()
