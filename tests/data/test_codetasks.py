@@ -305,3 +305,23 @@ def test_smoke_on_standard_library_files():
         for ex in task.examples:
             ast.parse(ex.text_pair if task_name == "docstring-mismatch" else ex.text)
             assert ex.doc in ("json/decoder.py", "argparse.py")
+
+
+def test_docstring_negatives_stay_on_their_side_of_the_split():
+    fns = "".join(f'def f{i}(x):\n    """{name} doc {i}."""\n    return x + {i}\n' for i in range(4)
+                  for name in ["only"])
+    docs = [Document("train.py", fns.replace("only", "train")), Document("val.py", fns.replace("only", "val"))]
+    task = build_code_task("docstring-mismatch", docs, side=lambda doc: doc == "val.py")
+    negatives = [(ex.doc, ex.text) for ex in task.examples if ex.label == 1]
+    assert negatives and all(text.startswith("train" if doc == "train.py" else "val") for doc, text in negatives)
+    # Without a side, some negative crosses over (8 functions, seeds fixed).
+    mixed = build_code_task("docstring-mismatch", docs).examples
+    assert any(ex.doc == "train.py" and ex.text.startswith("val") for ex in mixed if ex.label == 1)
+
+
+@pytest.mark.parametrize("task_name", BINARY)
+def test_the_versions_of_one_function_share_a_group(task_name):
+    src = "def f(a, b):\n    '''Doc f.'''\n    x = a - b\n    return x < a\n\n" \
+          "def g(c, d):\n    '''Doc g.'''\n    y = c % d\n    return y > c\n"
+    exs = build(task_name, src).examples
+    assert len(exs) == 4 and exs[0].group == exs[1].group != exs[2].group == exs[3].group

@@ -78,3 +78,11 @@ def test_a_fixed_length_gives_one_shape(tok):
     b = LabelledBatches(_data(tok), batch_size=4, seed=0, pad_to=32)
     assert {b.get(s)[0].shape for s in range(5)} == {(4, 32)}
     assert {x[0].shape[1] for x in b.val_batches()} == {32}
+
+
+def test_dropping_a_too_long_example_drops_its_group(tok):
+    long = "hello world " * 30
+    examples = [Example("hello", 0, group="f#0"), Example(long, 1, group="f#0"), Example("world", 0, group="g#0"),
+                Example("hello world", 1, group="g#0")]
+    enc = encode_examples(tok, examples, 16, regression=False, drop_long=True)
+    assert enc.labels.tolist() == [0, 1] and enc.dropped == 2  # f's short version goes with its long one

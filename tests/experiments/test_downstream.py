@@ -92,3 +92,18 @@ def test_checkpoints_along_pre_training_give_the_score_curve(tmp_path, corpus_di
     section = next(s for s in build_report(tmp_path).sections if s.id == "downstream")
     (figure,) = section.figures
     assert figure.path.is_file() and "reaches" in figure.caption
+
+
+def test_a_run_that_diverged_in_pre_training_is_skipped_and_marked(tmp_path, corpus_dir, toy_task):
+    spec = _spec(corpus_dir, toy_task)
+    del spec["grid"]
+    spec["runs"] = [{"name": "pre-ln", "label": "pre-ln", "model.block": "pre-ln"}, {"name": "blowup", "label": "blow-up", "model.block": "sas-p", "train.lr": 1e4,
+                     "train.grad_clip": 0.0}]
+    sweep = build_sweep(spec)
+    assert run_sweep(sweep, tmp_path, progress=False, log=lambda *a: None)["status"] == "completed"
+    (path,) = tmp_path.glob("finetune/blowup/*/finetune.json")
+    skipped = json.loads(path.read_text())
+    assert skipped["status"] == "skipped" and "pre-training diverged" in skipped["reason"]
+    lines = next(s for s in build_report(tmp_path).sections if s.id == "downstream").pre.splitlines()
+    row = next(line for line in lines if line.startswith("blow-up"))
+    assert "[pre-training diverged at step" in row and "skipped" in row

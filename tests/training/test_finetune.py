@@ -139,3 +139,39 @@ def test_compiled_runs_pad_every_batch_to_one_length(mlm_run, separable):
         batches = task.batches(task.prepare(lambda *a: None), lambda *a: None)
         got = {batches.train.get(s)[0].shape[1] for s in range(6)} | {b[0].shape[1] for b in batches.val.val_batches()}
         assert got == lengths if lengths else max(got) < 32
+
+
+def test_regression_fine_tuning_scores_correlations(mlm_run, tmp_path):
+    rows = [{"sentence1": f"x = {i % 5}", "sentence2": "y", "label": float(i % 5)} for i in range(120)]
+    data = _write_jsonl(tmp_path / "sts.jsonl", rows)
+    result = finetune(mlm_run, str(data), tmp_path / "ft", seeds=[0], epochs=2, progress=False, log=lambda *a: None)
+    summary = json.loads((tmp_path / "ft" / "seed-0" / "summary.json").read_text())
+    assert result["metric"] == "pearson_spearman" and summary["n_labels"] == 1
+    assert summary["status"] == "completed" and result["scores"][0] is not None and result["sd"] is None
+
+
+def test_the_latest_checkpoint_is_named_and_other_settings_are_refused(mlm_run, separable, tmp_path):
+    quiet = dict(progress=False, log=lambda *a: None)
+    result = finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, **quiet)
+    assert result["init_step"] == 20  # --step omitted: the latest, written down
+    assert finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, **quiet)["scores"] == result["scores"]
+    with pytest.raises(UserError, match="holds a run with train.lr"):
+        finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1,
+                 overrides={"train": {"lr": 3e-4}}, **quiet)
+
+
+def test_scores_are_taken_with_dropout_off(mlm_run, separable, tmp_path, monkeypatch):
+    from blocklab.model.classifier import Classifier
+
+    modes = []
+    forward = Classifier.forward
+
+    def spy(self, input_ids, attention_mask=None, labels=None, **kw):
+        if labels is None:  # evaluation's forward passes; training passes labels
+            modes.append(self.training)
+        return forward(self, input_ids, attention_mask, labels, **kw)
+
+    monkeypatch.setattr(Classifier, "forward", spy)
+    finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, overrides={"model": {"dropout": 0.1}},
+             progress=False, log=lambda *a: None)
+    assert modes and not any(modes)

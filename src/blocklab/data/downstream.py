@@ -32,7 +32,7 @@ from blocklab.errors import UserError
 POOL_SALT = b"blocklab-downstream-pool-v1\x00"
 SPLIT_SALT = b"blocklab-downstream-split-v1\x00"
 TASK_VAL_FRACTION = 0.2
-VERSION = 1  # of the pool and split rules above; part of the cache key
+VERSION = 2  # of the pool, the split and the examples' fields; part of the cache key
 # The mutations' seed: one data set per task, whatever the fine-tuning seed (which draws the head
 # and the batch order), so that seeds differ in training only.
 TASK_SEED = 0
@@ -106,11 +106,11 @@ def load_code_task(name: str, cfg: DataConfig, pretrain: DataConfig | None, log:
         raw = json.loads(path.read_text())
     else:
         log(f"data: building {name} from {len(pool):,} files (cached afterwards)")
-        task = build_code_task(name, pool, seed=TASK_SEED)
+        task = build_code_task(name, pool, seed=TASK_SEED, side=is_val)
         raw = {"label_names": task.label_names, "info": task.info,
-               "examples": [[e.text, e.label, e.text_pair, e.doc] for e in task.examples]}
+               "examples": [[e.text, e.label, e.text_pair, e.doc, e.group] for e in task.examples]}
         write_atomic(path, json.dumps(raw))
-    examples = [Example(t, label, pair, doc) for t, label, pair, doc in raw["examples"]]
+    examples = [Example(t, label, pair, doc, group) for t, label, pair, doc, group in raw["examples"]]
     train = [e for e in examples if not is_val(e.doc)]
     val = [e for e in examples if is_val(e.doc)]
     info = dict(raw["info"], kind="code", pool_files=len(pool), cache=str(path))

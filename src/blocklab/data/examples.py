@@ -11,6 +11,8 @@ class Example:
     label: int | float        # a class index, or the target of a regression (n_labels = 1)
     text_pair: str | None = None
     doc: str = ""             # where it came from (a file for code tasks, "row N" for tables)
+    group: str = ""           # examples made from one function (its correct and mutated versions):
+                              # kept or left out together; "" = the example alone
 
 
 @dataclass

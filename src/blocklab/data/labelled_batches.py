@@ -66,18 +66,22 @@ def _fit(a: list[int], b: list[int] | None, room: int) -> tuple[list[int], list[
 
 def encode_examples(tokenizer, examples: Sequence[Example], max_len: int, regression: bool,
                     drop_long: bool = False) -> Encoded:
-    """Token ids of every example (`<eod> text [<eod> pair]`, at most max_len) and its label."""
+    """Token ids of every example (`<eod> text [<eod> pair]`, at most max_len) and its label. With
+    drop_long, an example too long to fit is left out together with its group (Example.group)."""
     texts = tokenizer.encode_batch([e.text for e in examples], add_special_tokens=False)
-    pairs = [e.text_pair for e in examples]
-    pair_ids = tokenizer.encode_batch([p or "" for p in pairs], add_special_tokens=False)
-    ids, labels, docs, dropped, truncated = [], [], [], 0, 0
+    pair_ids = tokenizer.encode_batch([e.text_pair or "" for e in examples], add_special_tokens=False)
+    rows = []  # (example, text ids, pair ids or None, fits)
     for e, a, b in zip(examples, texts, pair_ids):
-        a, b = a.ids, (b.ids if e.text_pair is not None else None)
+        b = b.ids if e.text_pair is not None else None
         room = max_len - 1 - (b is not None)  # the leading <eod> and the separator
-        if len(a) + len(b or []) > room:
-            if drop_long:
-                dropped += 1
-                continue
+        rows.append((e, a.ids, b, len(a.ids) + len(b or []) <= room, room))
+    too_long = {e.group for e, *_, fits, _ in rows if not fits and e.group} if drop_long else set()
+    ids, labels, docs, dropped, truncated = [], [], [], 0, 0
+    for e, a, b, fits, room in rows:
+        if drop_long and (not fits or e.group in too_long):
+            dropped += 1
+            continue
+        if not fits:
             a, b = _fit(a, b, room)
             truncated += 1
         row = [EOD_ID] + a + ([EOD_ID] + b if b is not None else [])

@@ -63,7 +63,7 @@ HE_BERT_GPU = {
                    "on the five code tasks for 5 epochs, 3 seeds (their fine-tuning recipe's length).",
     "expected_cost": "per pre-training run 20k steps x 256 x 128 = 655M tokens, about 4e17 FLOPs: roughly 20 minutes "
                      "on one H100 at 40% bf16 utilisation (an estimate from the FLOP count, not a measurement), then "
-                     "15 fine-tuning runs of a few minutes each",
+                     "90 fine-tuning runs (6 encoders x 5 tasks x 3 seeds) of a few minutes each",
     "target_run": "pre-ln",
     "reference": HE_TABLE1,
     "base": {

@@ -2,7 +2,8 @@
 (experiments/downstream.py), read from DIR/finetune/RUN/[step-N/]TASK/finetune.json.
 
 Two shapes, by the stage: from each run's final checkpoint, a table in the form of He & Hofmann's
-Table 1 (score per task as mean ± sd over the fine-tuning seeds, their mean, parameters, speed
+Table 1 (score per task as mean ± sd over the fine-tuning seeds, the mean over tasks as mean ± sd
+over seeds, parameters, speed
 relative to the reference run, failures), with the paper's numbers beside ours where the sweep gives
 them (`reference`); from checkpoints along pre-training (`steps`), the score against the
 pre-training step per run (Xiong et al. Fig. 4) and the step at which each run first reaches another
@@ -33,13 +34,35 @@ def _result(root: Path, run: str, task: str, step: int | None) -> dict | None:
 
 
 def _pm(mean, sd) -> str:
-    return "n/a" if mean is None else f"{mean:.1f} ± {sd:.1f}"
+    if mean is None:
+        return "n/a"
+    return f"{mean:.1f}" if sd is None else f"{mean:.1f} ± {sd:.1f}"
 
 
-def _overall(results: list[dict | None]) -> float | None:
-    """The GLUE-like score: the mean over tasks of each task's mean (none while a task has no mean)."""
-    means = [r["mean"] for r in results if r and r.get("mean") is not None]
-    return statistics.fmean(means) if results and len(means) == len(results) else None
+def _cell(result: dict | None) -> str:
+    if result is None:
+        return "not run"
+    return "skipped" if result.get("status") == "skipped" else _pm(result["mean"], result["sd"])
+
+
+def _overall(results: list[dict | None]) -> tuple[float | None, float | None]:
+    """The GLUE-like score, mean ± sd over fine-tuning seeds of each seed's mean over the tasks (a seed
+    counts where every task completed with it); (None, None) while a task has no result."""
+    if not results or not all(r and r.get("scores") for r in results):
+        return None, None
+    per_seed = []
+    for i, seed in enumerate(results[0]["seeds"]):
+        scores = []
+        for r in results:
+            j = r["seeds"].index(seed) if seed in r["seeds"] else None
+            if j is None or r["statuses"][j] != "completed" or r["scores"][j] is None:
+                break
+            scores.append(r["scores"][j])
+        else:
+            per_seed.append(statistics.fmean(scores))
+    if not per_seed:
+        return None, None
+    return statistics.fmean(per_seed), (statistics.stdev(per_seed) if len(per_seed) > 1 else None)
 
 
 def _pretraining(runs: list[Run], name: str) -> Run | None:
@@ -65,15 +88,16 @@ def table(root: Path, runs: list[Run], stage: dict, reference: dict | None, ref_
         speed = (f"{s['tokens_per_s'] / base_tps:.2f}x" if base_tps and s.get("tokens_per_s") else "n/a")
         failed = sum(x["failed"] for x in results if x)
         seeds = sum(len(x["seeds"]) for x in results if x)
-        overall = _overall(results)
-        row = [r.label, f"{s['n_params'] / 1e6:.2f}M" if s.get("n_params") else "n/a", speed]
-        row += [_pm(x["mean"], x["sd"]) if x else "not run" for x in results]
-        row += ["n/a" if overall is None else f"{overall:.1f}", f"{failed}/{seeds}"]
+        label = r.label if r.status == "completed" else f"{r.label} [pre-training {_status(s)}]"
+        row = [label, f"{s['n_params'] / 1e6:.2f}M" if s.get("n_params") else "n/a", speed]
+        row += [_cell(x) for x in results]
+        row += [_pm(*_overall(results)), f"{failed}/{seeds}"]
         if reference:
             paper = reference.get(r.block, {})
             row += [paper.get("score", ""), paper.get("params", ""), paper.get("speed", "")]
         rows.append(row)
-        baselines = baselines or [x.get("majority_baseline") if x else None for x in results]
+        if not baselines or None in baselines:
+            baselines = [x.get("majority_baseline") if x else None for x in results]
     if len(rows) == 1:
         return ""
     if baselines and all(b is not None for b in baselines):
@@ -83,13 +107,18 @@ def table(root: Path, runs: list[Run], stage: dict, reference: dict | None, ref_
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def _status(summary: dict) -> str:
+    status = summary.get("status", "unfinished")
+    return f"{status} at step {summary['diverged_step']}" if summary.get("diverged_step") else status
+
+
 def along_pretraining(root: Path, runs: list[Run], stage: dict) -> dict[str, list[tuple[int, float]]]:
     """{run label: [(pre-training step, score)]} for the runs fine-tuned at every step."""
     out = {}
     for r in runs:
         points = []
         for step in stage["steps"]:
-            overall = _overall([_result(root, r.name.removeprefix("runs/"), t, step) for t in stage["tasks"]])
+            overall, _ = _overall([_result(root, r.name.removeprefix("runs/"), t, step) for t in stage["tasks"]])
             if overall is not None:
                 points.append((step, overall))
         if points:

@@ -22,14 +22,18 @@ it departs from CuBERT. What the five share:
   file keeps a pair on one side.
 - Deterministic: each function's draws come from its own generator, seeded by (seed, task,
   file name, the function's index in its file); only the class list of exception-type
-  and the negatives of docstring-mismatch depend on the other files.
+  and the negatives of docstring-mismatch depend on the other files (the negatives on
+  those of the same split, given `side`).
+- Examples made from one function share `Example.group`, so that a later filter (the
+  model's length) keeps or drops them together: a mutation that lengthens the text must
+  not make length tell the label.
 - CuBERT also deduplicates its corpus; we leave that to whoever assembles the files.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Hashable, Iterable
 
 from blocklab.data.codetasks.docstring_mismatch import docstring_examples
 from blocklab.data.codetasks.exception_type import HOLE, exception_examples
@@ -62,11 +66,14 @@ class CodeTask:
 
 
 def build_code_task(name: str, docs: Iterable[Document], seed: int = 0, max_chars: int = 2000,
-                    n_exception_classes: int = 20) -> CodeTask:
+                    n_exception_classes: int = 20, side: Callable[[str], Hashable] | None = None) -> CodeTask:
     """The task's examples from `docs`, in file order then function order.
 
     Files that do not parse are skipped (and counted), so are functions whose source is
     longer than `max_chars` characters (measured before any mutation, docstring included).
+    `side(file name)` names the split a file will go to: docstring-mismatch then draws a
+    negative's docstring from the function's own side only, so that no validation docstring
+    appears in a training pair.
     """
     if name not in CODE_TASKS:
         raise UserError(f"unknown code task {name!r}: valid tasks are {', '.join(CODE_TASKS)}")
@@ -75,7 +82,7 @@ def build_code_task(name: str, docs: Iterable[Document], seed: int = 0, max_char
     if name == "exception-type":
         examples, label_names = exception_examples(functions, seed, n_exception_classes, info)
     elif name == "docstring-mismatch":
-        examples, label_names = docstring_examples(functions, seed, info), ["match", "mismatch"]
+        examples, label_names = docstring_examples(functions, seed, info, side), ["match", "mismatch"]
     else:
         examples, label_names = _binary_examples(name, functions, seed, info), ["correct", "buggy"]
     per_label = Counter(ex.label for ex in examples)
@@ -92,8 +99,8 @@ def _binary_examples(name: str, functions: Iterable[Function], seed: int,
         mutated = mutate(fn, fn.rng(seed, name), info)
         if mutated is None:  # counted by `mutate`: no candidate, or a failed mutation
             continue
-        examples.append(Example(fn.text, 0, doc=fn.doc))
-        examples.append(Example(mutated, 1, doc=fn.doc))
+        examples.append(Example(fn.text, 0, doc=fn.doc, group=fn.key))
+        examples.append(Example(mutated, 1, doc=fn.doc, group=fn.key))
     return examples
 
 

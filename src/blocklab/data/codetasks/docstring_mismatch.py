@@ -8,7 +8,8 @@ pair of each kind: exactly balanced, both under the function's own file.
 
 text = the docstring (cleaned as `inspect.cleandoc` does, like `ast.get_docstring`),
 text_pair = the function's source without it. The negative's docstring is drawn from the
-whole input, so this task's negatives (alone among the five) depend on the other files;
+whole input (or, given `side`, from the functions whose file goes to the same split), so
+this task's negatives (alone among the five) depend on the other files;
 the draw is still seeded by the function alone, and a docstring with the very same text
 as the function's own is never drawn (that "mismatch" would be a match).
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import ast
 import random
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Hashable, Iterable
 
 from blocklab.data.codetasks.source import Function, parses, rng_for, splice
 from blocklab.data.examples import Example
@@ -42,8 +43,9 @@ def without_docstring(fn: Function) -> str | None:
     return code if parses(code) else None
 
 
-def docstring_examples(functions: Iterable[Function], seed: int, info: Counter) -> list[Example]:
-    found = []  # (doc, pos, docstring, code)
+def docstring_examples(functions: Iterable[Function], seed: int, info: Counter,
+                       side: Callable[[str], Hashable] | None = None) -> list[Example]:
+    found = []  # (doc, pos, docstring, code, key)
     for fn in functions:
         docstring = ast.get_docstring(fn.node)
         if not docstring or not docstring.strip():
@@ -53,17 +55,21 @@ def docstring_examples(functions: Iterable[Function], seed: int, info: Counter) 
         if code is None:
             info["mutations_failed"] += 1
             continue
-        found.append((fn.doc, fn.pos, docstring, code))
+        found.append((fn.doc, fn.pos, docstring, code, fn.key))
 
+    sides: dict[Hashable, list] = {}
+    for item in found:
+        sides.setdefault(side(item[0]) if side else None, []).append(item)
     examples = []
     info["no_other_docstring"] += 0  # listed even when zero
-    for doc, pos, docstring, code in found:
-        other = _other_docstring(found, docstring, rng_for(seed, "docstring-mismatch", doc, pos))
+    for doc, pos, docstring, code, key in found:
+        pool = sides[side(doc) if side else None]
+        other = _other_docstring(pool, docstring, rng_for(seed, "docstring-mismatch", doc, pos))
         if other is None:  # every docstring in the input reads the same
             info["no_other_docstring"] += 1
             continue
-        examples.append(Example(docstring, 0, text_pair=code, doc=doc))
-        examples.append(Example(other, 1, text_pair=code, doc=doc))
+        examples.append(Example(docstring, 0, text_pair=code, doc=doc, group=key))
+        examples.append(Example(other, 1, text_pair=code, doc=doc, group=key))
     return examples
 
 

@@ -75,6 +75,11 @@ class Function:
         for line in self._lines:
             self._starts.append(self._starts[-1] + len(line))
 
+    @property
+    def key(self) -> str:
+        """The function's name among all the input's functions (Example.group)."""
+        return f"{self.doc}#{self.pos}"
+
     def rng(self, seed: int, task: str) -> random.Random:
         return rng_for(seed, task, self.doc, self.pos)
 

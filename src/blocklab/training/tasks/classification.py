@@ -94,10 +94,15 @@ class Classification(Task):
     @torch.no_grad()
     def evaluate(self, model, data: ClassificationData, val, device, state) -> dict:
         preds, labels = [], []
-        for ids, mask, y in val.val_batches():
-            logits = model(ids.to(device), attention_mask=mask.to(device)).logits
-            preds.append((logits.squeeze(-1) if data.labelled.label_names is None else logits.argmax(-1)).cpu())
-            labels.append(y)
+        training = model.training
+        model.eval()  # the trainer calls this in training mode; dropout must not score
+        try:
+            for ids, mask, y in val.val_batches():
+                logits = model(ids.to(device), attention_mask=mask.to(device)).logits
+                preds.append((logits.squeeze(-1) if data.labelled.label_names is None else logits.argmax(-1)).cpu())
+                labels.append(y)
+        finally:
+            model.train(training)
         result = score(data.labelled.metric, torch.cat(preds).numpy(), torch.cat(labels).numpy())
         best = state.get("best_score")
         state.update(last_score=result["score"], best_score=result["score"] if best is None else max(best, result["score"]))
