@@ -19,7 +19,7 @@ def test_inputs_start_with_eod_and_pairs_are_separated(tok):
     enc = encode_examples(tok, [Example("a b", 1, "c", doc="x")], 64, regression=False)
     row = enc.ids[0].tolist()
     a, c = tok.encode("a b", add_special_tokens=False).ids, tok.encode("c", add_special_tokens=False).ids
-    assert row == [EOD_ID] + a + [EOD_ID] + c and enc.labels.tolist() == [1] and enc.docs == ["x"]
+    assert row == [EOD_ID] + a + [EOD_ID] + c and enc.labels.tolist() == [1] and enc.units == ["x"]
 
 
 def test_longest_first_truncation_and_dropping(tok):
@@ -66,10 +66,10 @@ def test_validation_batches_cover_the_split_in_order(tok):
     assert labels.tolist() == data.labels.tolist()
 
 
-def test_cap_keeps_whole_sources(tok):
+def test_cap_keeps_whole_units(tok):
     data = _data(tok, 10)  # five sources of two examples
     capped = data.cap(3, order=lambda d: d)
-    assert capped.docs == ["f0", "f0", "f1", "f1"]  # the second source is taken whole
+    assert capped.units == ["f0", "f0", "f1", "f1"]  # the second source is taken whole
     assert data.cap(None, order=str) is data
     assert np.array_equal(capped.labels, data.labels[:4])
 
@@ -86,3 +86,11 @@ def test_dropping_a_too_long_example_drops_its_group(tok):
                 Example("hello world", 1, group="g#0")]
     enc = encode_examples(tok, examples, 16, regression=False, drop_long=True)
     assert enc.labels.tolist() == [0, 1] and enc.dropped == 2  # f's short version goes with its long one
+
+
+def test_cap_takes_functions_not_files(tok):
+    """One file with many functions must not fill a capped split by itself."""
+    examples = [Example("hello", i % 2, doc="big.py" if i < 8 else "small.py", group=f"fn{i // 2}") for i in range(12)]
+    enc = encode_examples(tok, examples, 32, False)
+    capped = enc.cap(4, order=lambda unit: {"fn4": 0, "fn0": 1}.get(unit, 9))
+    assert capped.units == ["fn0", "fn0", "fn4", "fn4"]

@@ -22,6 +22,12 @@ SWEEP.toml:
   [probes]              # optional: options of `blocklab probe`, run once
   blocks = "pre-ln,sas-p"
   depths = "2,4,8"
+  [finetune]            # optional, mlm runs only: fine-tune each afterwards (blocklab finetune)
+  tasks = ["variable-misuse", "wrong-operator"]
+  seeds = [0, 1, 2]
+  epochs = 3
+  steps = [200, 400]    # optional: pre-training checkpoints to start from (keep_checkpoints = 0)
+  "data.max_examples" = 1000
 """
 
 

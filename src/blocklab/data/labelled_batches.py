@@ -29,17 +29,19 @@ _EPOCH_ORDER = 4  # the random stream of the epoch permutations (batches.py uses
 class Encoded:
     ids: list[np.ndarray]   # one int64 array per example
     labels: np.ndarray      # int64 class indices, or float32 targets (regression)
-    docs: list[str]         # where each came from (Example.doc)
+    units: list[str]        # what max_examples keeps or drops whole: Example.group, else Example.doc
     dropped: int = 0        # examples left out as too long (drop_long)
     truncated: int = 0      # examples shortened to fit
 
     def cap(self, n: int | None, order: Callable[[str], float]) -> "Encoded":
-        """At most n examples, whole sources at a time (a file's examples, the two versions of a mutated
-        function, stay together), the sources taken in `order`."""
+        """About n examples (at least n, and never half a unit: the two versions of a mutated function
+        stay together), the units taken in `order`. By function rather than by file: a file holds up
+        to hundreds of functions, and one file must not make up a whole validation split (the splits
+        themselves are by file, data/downstream.py)."""
         if n is None or len(self.ids) <= n:
             return self
         counts: dict[str, int] = {}
-        for d in self.docs:
+        for d in self.units:
             counts[d] = counts.get(d, 0) + 1
         keep, total = set(), 0
         for d in sorted(counts, key=order):
@@ -47,8 +49,8 @@ class Encoded:
                 break
             keep.add(d)
             total += counts[d]
-        index = [i for i, d in enumerate(self.docs) if d in keep]
-        return Encoded([self.ids[i] for i in index], self.labels[index], [self.docs[i] for i in index],
+        index = [i for i, d in enumerate(self.units) if d in keep]
+        return Encoded([self.ids[i] for i in index], self.labels[index], [self.units[i] for i in index],
                        self.dropped, self.truncated)
 
 
@@ -76,7 +78,7 @@ def encode_examples(tokenizer, examples: Sequence[Example], max_len: int, regres
         room = max_len - 1 - (b is not None)  # the leading <eod> and the separator
         rows.append((e, a.ids, b, len(a.ids) + len(b or []) <= room, room))
     too_long = {e.group for e, *_, fits, _ in rows if not fits and e.group} if drop_long else set()
-    ids, labels, docs, dropped, truncated = [], [], [], 0, 0
+    ids, labels, units, dropped, truncated = [], [], [], 0, 0
     for e, a, b, fits, room in rows:
         if drop_long and (not fits or e.group in too_long):
             dropped += 1
@@ -87,9 +89,9 @@ def encode_examples(tokenizer, examples: Sequence[Example], max_len: int, regres
         row = [EOD_ID] + a + ([EOD_ID] + b if b is not None else [])
         ids.append(np.asarray(row, dtype=np.int64))
         labels.append(e.label)
-        docs.append(e.doc)
+        units.append(e.group or e.doc)
     dtype = np.float32 if regression else np.int64
-    return Encoded(ids, np.asarray(labels, dtype=dtype), docs, dropped, truncated)
+    return Encoded(ids, np.asarray(labels, dtype=dtype), units, dropped, truncated)
 
 
 def pad_rows(rows: Sequence[np.ndarray], length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
