@@ -42,8 +42,8 @@ HE_BERT = {
     "description": "He & Hofmann (2024) Table 1 at CPU scale: six blocks pre-trained as masked LMs on the Python "
                    "standard library at equal steps (4 layers, d=128, beta_FF 0.05, AdamW lr 1e-3), then each "
                    "fine-tuned on the five CuBERT code tasks (3 epochs, at most 1,000 examples each, 3 seeds).",
-    "expected_cost": "6 pre-training runs of 600 steps and 90 fine-tuning runs of about 100 steps: about 35 "
-                     "minutes on 2 idle CPU cores",
+    "expected_cost": "6 pre-training runs of 600 steps (about 4 minutes each) and 90 fine-tuning runs of about "
+                     "100 steps (about 25 s each): about an hour on 2 idle CPU cores",
     "target_run": "pre-ln",
     "reference": HE_TABLE1,
     "base": {
@@ -88,8 +88,8 @@ XIONG_BERT = {
     "description": "Xiong et al. (2020) Fig. 4 at CPU scale: masked-LM pre-training (6 layers, d=128, LayerNorm) of "
                    "Post-LN with a 10% warm-up (lr 1e-4), Post-LN without, and Pre-LN without warm-up (lr 3e-4), "
                    "linear decay; the checkpoints of steps 200/400/600/800 fine-tuned on two code tasks, 2 seeds.",
-    "expected_cost": "3 pre-training runs of 800 steps and 48 fine-tuning runs of about 100 steps: about 30 minutes "
-                     "on 2 idle CPU cores",
+    "expected_cost": "3 pre-training runs of 800 steps (about 7 minutes each) and 48 fine-tuning runs of about 100 "
+                     "steps (about 25 s each): about 45 minutes on 2 idle CPU cores",
     "target_run": "post-ln_warmup",
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
