@@ -112,21 +112,24 @@ def _status(summary: dict) -> str:
     return f"{status} at step {summary['diverged_step']}" if summary.get("diverged_step") else status
 
 
-def along_pretraining(root: Path, runs: list[Run], stage: dict) -> dict[str, list[tuple[int, float]]]:
-    """{run label: [(pre-training step, score)]} for the runs fine-tuned at every step."""
-    out = {}
+def along_pretraining(root: Path, runs: list[Run], stage: dict) -> tuple[dict[str, list[tuple[int, float]]], float | None]:
+    """({run label: [(pre-training step, score)]} for the runs fine-tuned at every step, the majority-class
+    baseline's score (mean over the tasks))."""
+    out, baseline = {}, None
     for r in runs:
         points = []
         for step in stage["steps"]:
-            overall, _ = _overall([_result(root, r.name.removeprefix("runs/"), t, step) for t in stage["tasks"]])
+            results = [_result(root, r.name.removeprefix("runs/"), t, step) for t in stage["tasks"]]
+            overall, _ = _overall(results)
             if overall is not None:
                 points.append((step, overall))
+                baseline = statistics.fmean(x["majority_baseline"] for x in results)
         if points:
             out[r.label] = points
-    return out
+    return out, baseline
 
 
-def plot_along(curves: dict, runs: list[Run], path: Path) -> Path | None:
+def plot_along(curves: dict, runs: list[Run], path: Path, baseline: float | None = None) -> Path | None:
     if not curves:
         return None
     styles = run_styles(runs)
@@ -136,20 +139,27 @@ def plot_along(curves: dict, runs: list[Run], path: Path) -> Path | None:
             colour, ls = styles.get(r.name, ("#333333", "-"))
             xs, ys = zip(*curves[r.label])
             ax.plot(xs, ys, ls, color=colour, marker="o", label=r.label)
+    if baseline is not None:
+        ax.axhline(baseline, color="#777777", ls=":", lw=1, label="majority class")
     ax.set_xlabel("pre-training step of the checkpoint")
     ax.set_ylabel("downstream score (mean over tasks and seeds)")
     ax.set_title("Downstream score of checkpoints along pre-training", fontsize=10)
     ax.grid(alpha=0.3)
-    _legend(ax, len(curves))
+    _legend(ax, len(curves) + 1)
     return _save(fig, path)
 
 
-def reach_sentences(curves: dict) -> list[str]:
-    """For each ordered pair of runs: the first checkpoint at which A scores at least B's final score."""
+def reach_sentences(curves: dict, baseline: float | None = None) -> list[str]:
+    """For each ordered pair of runs: the first checkpoint at which A scores at least B's final score.
+    A final score at or below the majority-class baseline is no quality to reach: said once instead."""
     out = []
+    flat = [b for b, pb in curves.items() if baseline is not None and pb[-1][1] <= baseline]
+    if flat:
+        out.append(f"At or below the majority-class baseline ({baseline:.1f}) at the end: {', '.join(flat)}; "
+                   "no step to reach for those.")
     for a, pa in curves.items():
         for b, pb in curves.items():
-            if a == b:
+            if a == b or b in flat:
                 continue
             target = pb[-1][1]
             hit = next((step for step, sc in pa if sc >= target), None)

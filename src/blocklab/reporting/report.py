@@ -265,10 +265,10 @@ def _downstream_section(root: Path, runs: list[Run], sweep: dict, fig_dir: Path)
         speed = ("`speed`: pre-training tokens/s relative to the reference run, measured in this sweep's runs "
                  "(one after another on this machine, so a noisy figure; `blocklab bench` measures it side by side).")
         return Section("downstream", "Downstream: fine-tuning", [intro, speed], pre=pre)
-    curves = downstream.along_pretraining(root, runs, stage)
-    path = downstream.plot_along(curves, runs, fig_dir / downstream.FIGURE)
+    curves, baseline = downstream.along_pretraining(root, runs, stage)
+    path = downstream.plot_along(curves, runs, fig_dir / downstream.FIGURE, baseline)
     figs = [Figure(path, "Downstream score against pre-training steps",
-                   " ".join(downstream.reach_sentences(curves)))] if path else []
+                   " ".join(downstream.reach_sentences(curves, baseline)))] if path else []
     return Section("downstream", "Downstream: fine-tuning along pre-training",
                    [intro + f" Checkpoints of steps {', '.join(map(str, stage['steps']))}."]
                    + ([] if figs else ["No fine-tuning results yet."]), figures=figs)
