@@ -175,3 +175,14 @@ def test_scores_are_taken_with_dropout_off(mlm_run, separable, tmp_path, monkeyp
     finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, overrides={"model": {"dropout": 0.1}},
              progress=False, log=lambda *a: None)
     assert modes and not any(modes)
+
+
+def test_the_seeds_of_one_finetune_encode_the_data_once(mlm_run, separable, tmp_path, monkeypatch):
+    from blocklab.training.tasks import classification
+
+    calls = []
+    build = classification._build_data
+    monkeypatch.setattr(classification, "_build_data", lambda cfg, log: calls.append(1) or build(cfg, log))
+    classification._LOADED.clear()
+    finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0, 1, 2], epochs=1, progress=False, log=lambda *a: None)
+    assert len(calls) == 1  # counted once, then the three seeds' trainers reuse it

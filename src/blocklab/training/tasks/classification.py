@@ -31,9 +31,34 @@ class ClassificationData:
     unigram_entropy: float | None = None  # no stall detection: a classifier's loss has no unigram floor
 
 
+_LOADED: dict[str, ClassificationData] = {}  # per process, the last few: see load_data
+
+
 def load_data(cfg, log) -> ClassificationData:
     """The run's labelled data, encoded with the pre-trained run's tokenizer (or, from scratch, one
-    trained on the task's training texts), with what the log and summary.json say about it."""
+    trained on the task's training texts), with what the log and summary.json say about it.
+
+    Kept in memory for the next run that asks for the same data (read-only once built): `finetune`
+    counts the examples, then each seed's trainer prepares them again, and a sweep does so 90 times;
+    encoding every example each time cost seconds per run."""
+    key = repr((cfg.data, cfg.train.init_from, cfg.model.max_seq_len))
+    if key not in _LOADED:
+        while len(_LOADED) >= 2:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = _build_data(cfg, log)
+    data = _LOADED[key]
+    log(f"data: {data.labelled.name}: {_describe_line(data.info, data.labelled, cfg.model.max_seq_len)}")
+    return data
+
+
+def _describe_line(info: dict, labelled, max_len: int) -> str:
+    drop = labelled.info.get("kind") == "code"
+    return (f"{info['n_train']:,} training / {info['n_val']:,} validation examples, {labelled.n_labels} label(s), "
+            f"metric {labelled.metric}; {info['label_counts']}; majority baseline {info['majority_baseline']:.1f}; "
+            + (f"{info['dropped']:,} longer than {max_len} tokens left out" if drop else f"{info['truncated']:,} truncated"))
+
+
+def _build_data(cfg, log) -> ClassificationData:
     pre = pretrained.pretraining_run(cfg.train.init_from) if cfg.train.init_from else None
     labelled = load_labelled(cfg.data, pre.data if pre else None, log)
     if pre is not None:
@@ -54,10 +79,6 @@ def load_data(cfg, log) -> ClassificationData:
                             f"{cfg.model.max_seq_len} tokens" + (" (raise data.task_pool_mb or the pre-training "
                                                                 "seq_len)" if drop else ""))
     info = describe(labelled, *enc)
-    log(f"data: {labelled.name}: {info['n_train']:,} training / {info['n_val']:,} validation examples, "
-        f"{labelled.n_labels} label(s), metric {labelled.metric}; {info['label_counts']}; majority baseline "
-        f"{info['majority_baseline']:.1f}; " + (f"{info['dropped']:,} longer than {cfg.model.max_seq_len} tokens "
-                                                 "left out" if drop else f"{info['truncated']:,} truncated"))
     return ClassificationData(tokenizer, tokenizer.get_vocab_size(), labelled, *enc, info=info)
 
 
