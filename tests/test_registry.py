@@ -51,7 +51,8 @@ def test_spec_facts_match_the_built_modules(block):
     model = build_model(small_cfg(block, n_layers=2, dropout=0.1 if spec.dropout else 0.0))
     second = model.blocks[1]  # sas-p-nonorm keeps a norm on the first block's input only
     assert any(isinstance(m, nn.Dropout) and m.p > 0 for m in second.modules()) == spec.dropout
-    assert any(isinstance(m, NORMS) for m in second.modules()) == spec.has_norms
+    # QK-norm (op; the qk_norm option) normalises queries and keys, not the residual stream
+    assert any(isinstance(m, NORMS) for n, m in second.named_modules() if "qk_norm" not in n) == spec.has_norms
     assert hasattr(second, "beta_ff") == (spec.beta_ff is not None)
     assert hasattr(second, "beta_sa") == (spec.beta_sa is not None)
     assert isinstance(model.final_norm, NORMS) == spec.final_norm
@@ -126,9 +127,9 @@ def toy_block():
 def test_a_registered_block_is_seen_everywhere(toy_block):
     # config validation: the block, the tasks its decoder offers, dropout, and the lists in the messages
     cfg = small_cfg(toy_block, "translation", dropout=0.1)
-    with pytest.raises(ValueError, match="choose one of: post-ln, pre-ln, toy-block"):
+    with pytest.raises(ValueError, match="choose one of: post-ln, pre-ln, deepnorm, toy-block"):
         small_cfg("sas-p", "translation")
-    with pytest.raises(ValueError, match="it applies to: post-ln, pre-ln, parallel, toy-block"):
+    with pytest.raises(ValueError, match="it applies to: post-ln, pre-ln, parallel, deepnorm, rezero, peri-ln, mix-ln, lns, toy-block"):
         small_cfg("sas", dropout=0.1)
     with pytest.raises(ValueError, match="toy-block"):
         small_cfg("no-such-block")

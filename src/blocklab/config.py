@@ -8,7 +8,7 @@ from blocklab.registry import REGISTRY, TASKS
 from blocklab.validate import choice, positive
 
 # Which block offers which task and whether dropout applies to it are facts of its BlockSpec (registry.py).
-NORMS = ("rmsnorm", "layernorm")
+NORMS = ("rmsnorm", "layernorm", "dyt")
 ACTIVATIONS = ("relu", "gelu")
 INITS = ("normal", "xavier")
 ATTN_IMPLS = ("auto", "sdpa", "fused", "materialized")
@@ -65,6 +65,10 @@ class ModelConfig:
     # position (the <eod> the inputs start with, BERT's [CLS]) or the mean over the unpadded tokens.
     n_labels: int = 2
     pooling: str = "first"
+    # SPEC 2b options for every block: RMSNorm on each head's queries and keys, and the initial alpha of
+    # Dynamic Tanh (norm="dyt").
+    qk_norm: bool = False
+    dyt_alpha: float = 0.5
 
     def __post_init__(self) -> None:
 
@@ -83,13 +87,19 @@ class ModelConfig:
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                 f"choose n_heads among the divisors of d_model"
             )
-        for name in ("tie_embeddings", "mlp_bias", "bias"):
+        for name in ("tie_embeddings", "mlp_bias", "bias", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} is not valid; choose one of: True, False")
         positive("norm_eps", float(self.norm_eps) if isinstance(self.norm_eps, int) else self.norm_eps, float)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout={self.dropout!r} is not valid; it must be a number in [0, 1)")
+        positive("dyt_alpha", float(self.dyt_alpha) if isinstance(self.dyt_alpha, int) else self.dyt_alpha, float)
         spec = REGISTRY[self.block]
+        for option, used in (("dyt", self.norm == "dyt"), ("qk_norm", self.qk_norm is True)):
+            if used and option not in spec.options:
+                value = f"norm='dyt'" if option == "dyt" else "qk_norm=True"
+                raise ValueError(f"{value} does not apply to block {self.block!r}; it applies to: "
+                                 f"{', '.join(b for b, s in REGISTRY.items() if option in s.options)}")
         if self.dropout and not spec.dropout:
             raise ValueError(f"dropout={self.dropout!r} does not apply to block {self.block!r}; "
                              f"it applies to: {', '.join(b for b, s in REGISTRY.items() if s.dropout)}")

@@ -18,11 +18,37 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-def make_norm(kind: str, d: int, eps: float) -> nn.Module:
+class DyT(nn.Module):
+    """Dynamic Tanh, DyT(x) = g * tanh(a x) + b (Zhu et al. 2025, arXiv 2503.10622, eq. 1): one trainable
+    scalar a (init `alpha`, the paper's alpha_0 = 0.5), g ones and b zeros of width d, as in the authors' code."""
+
+    def __init__(self, d: int, alpha: float = 0.5):
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor(float(alpha)))
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.bias, self.weight, torch.tanh(self.a * x))
+
+
+def make_norm(kind: str, d: int, eps: float, dyt_alpha: float = 0.5) -> nn.Module:
     """The one place that maps the config's `norm` to a module."""
     if kind == "rmsnorm":
         return RMSNorm(d, eps)
+    if kind == "dyt":
+        return DyT(d, dyt_alpha)
     return nn.LayerNorm(d, eps=eps)
+
+
+def norm_layer(cfg) -> nn.Module:
+    """A norm of width d_model as a ModelConfig asks for (every block's and the stack's norms)."""
+    return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha)
+
+
+def l2_normalise(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """x / |x| along `dim` (nGPT's Norm: onto the unit sphere, no gain, no centring)."""
+    return F.normalize(x, dim=dim, eps=1e-12)
 
 
 class MLP(nn.Module):

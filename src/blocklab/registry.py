@@ -21,6 +21,9 @@ TASKS = ("clm", "mlm", "translation", "classification")
 # successor: the published blocks of SPEC section 2b; ablation: a probe's contrast, not a block to train.
 FAMILIES = ("classic", "simplified", "successor", "ablation")
 
+# SPEC 2b's options that apply to every block built from norm layers and softmax attention.
+OPTIONS = ("dyt", "qk_norm")
+
 # The laws of E|x_l|^2 at initialisation that probes/predictions.py knows, by the block shape they follow.
 HIDDEN_NORM_LAWS = {
     "residual": "x + sub-layers on normed inputs: each block adds the MLP's variance and at most the "
@@ -31,7 +34,12 @@ HIDDEN_NORM_LAWS = {
     "no-skip-no-norm": "no-skip on the first block; later blocks multiply the norm by beta_SA^2 + beta_FF^2 ffn",
     "value-projection": "attention = W^P W^V Norm(x) at init, then u + beta_FF MLP(Norm(u))",
     "softmax-no-skip": "u = A Norm(x), |u|^2 between 0 and d, then u + beta_FF MLP(Norm(u))",
+    "identity": "every block is the identity at init: |x_0|^2 throughout",
+    "peri": "the first block normalises its input to d, then each sub-layer adds a unit-gain Norm's output: +2d",
+    "sphere": "every block ends on the unit sphere: 1",
 }
+# The laws that hold whatever the norm layers are (the others assume unit-gain LayerNorm / RMSNorm).
+NORM_FREE_LAWS = ("identity", "sphere")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
@@ -98,6 +106,9 @@ class BlockSpec:
     decoder      the decoder block class for task="translation" (`decoder(cfg, layer)`), or None
     tasks        the tasks it is offered for; None: every task of config.TASKS, translation only with a
                  decoder. "translation" in tasks if and only if decoder is set.
+    options      which of SPEC 2b's options apply: "dyt" (norm="dyt" replaces its norm layers), "qk_norm"
+    sphere       nGPT's unit-sphere model: the embeddings are re-normalised after every optimizer step and the
+                 logits get a trainable scale s_z per vocabulary entry (model/base.py)
     predictions  what the papers predict at init (Predictions)
     """
 
@@ -112,6 +123,8 @@ class BlockSpec:
     dropout: bool = False
     decoder: type | None = None
     tasks: tuple[str, ...] | None = None
+    options: tuple[str, ...] = OPTIONS
+    sphere: bool = False
     predictions: Predictions = Predictions()
 
     def __post_init__(self) -> None:
@@ -126,7 +139,7 @@ class BlockSpec:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise ValueError(f"BlockSpec {name}={v!r} is not valid; it must be a number or None")
-        for name in ("final_norm", "has_norms", "dropout"):
+        for name in ("final_norm", "has_norms", "dropout", "sphere"):
             _flag("BlockSpec", name, getattr(self, name))
         if self.decoder is not None and not isinstance(self.decoder, type):
             raise ValueError(f"BlockSpec decoder={self.decoder!r} is not valid; it must be a class or None")
@@ -141,6 +154,11 @@ class BlockSpec:
             raise ValueError(f"BlockSpec tasks={tuple(tasks)!r} with decoder={self.decoder!r}: 'translation' is "
                              "offered if and only if the block has a decoder")
         object.__setattr__(self, "tasks", tuple(tasks))
+        if isinstance(self.options, str):
+            raise ValueError(f"BlockSpec options={self.options!r} is not valid; give a tuple of: {', '.join(OPTIONS)}")
+        for o in self.options:
+            choice("options", o, OPTIONS)
+        object.__setattr__(self, "options", tuple(self.options))
         if not isinstance(self.predictions, Predictions):
             raise ValueError(f"BlockSpec predictions={self.predictions!r} is not valid; it must be a Predictions")
 

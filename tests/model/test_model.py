@@ -91,4 +91,5 @@ def test_too_long_sequence_is_a_clear_error():
 
 
 def test_all_blocks_listed():
-    assert set(BLOCKS) == {"post-ln", "pre-ln", "parallel", "v-skipinit", "shaped-vp", "sas", "sas-p", "sas-p-nonorm"}
+    assert set(BLOCKS) == {"post-ln", "pre-ln", "parallel", "v-skipinit", "shaped-vp", "sas", "sas-p", "sas-p-nonorm",
+                           "deepnorm", "rezero", "peri-ln", "mix-ln", "lns", "ngpt", "op"}

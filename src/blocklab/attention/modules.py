@@ -8,7 +8,7 @@ from blocklab.attention.centring import centring_matrix, centred_mean
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
 from blocklab.attention.fused import fused_shaped_attention, unavailable_reason as fused_unavailable
 from blocklab.config import ModelConfig
-from blocklab.layers import gain
+from blocklab.layers import RMSNorm, gain
 
 
 def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
@@ -43,6 +43,20 @@ def attention_path(model: nn.Module, device: torch.device, dtype: torch.dtype = 
     return mha[0].impl if mha else "none"
 
 
+class QKNorm(nn.Module):
+    """qk_norm=True: RMSNorm (one gain of width d_h shared by the heads) on each head's queries and keys
+    before their dot product (Henry et al. 2020; Dehghani et al. 2023, ViT-22B). A zero query stays zero,
+    so shaped attention is still the identity at init."""
+
+    def __init__(self, d_head: int, eps: float):
+        super().__init__()
+        self.q, self.k = RMSNorm(d_head, eps), RMSNorm(d_head, eps)
+
+
+def qk_norm(cfg: ModelConfig) -> QKNorm | None:
+    return QKNorm(cfg.d_head, cfg.norm_eps) if cfg.qk_norm else None
+
+
 class KVCache:
     """The keys and values (B, H, T, d_h) of the tokens decoded so far, for one self-attention."""
 
@@ -70,7 +84,7 @@ class MultiHeadAttention(nn.Module):
     self-attention and a bidirectional cross-attention in a bidirectional-encoder model.
     """
 
-    def __init__(self, cfg: ModelConfig, causal: bool | None = None):
+    def __init__(self, cfg: ModelConfig, causal: bool | None = None, qk_norm: bool | None = None):
         super().__init__()
         d = cfg.d_model
         self.cfg = cfg
@@ -79,6 +93,8 @@ class MultiHeadAttention(nn.Module):
         # init="xavier" (fairseq's MultiheadAttention): the query, key and value projections at gain 1/sqrt(2).
         for lin in (self.q, self.k, self.v):
             lin.xavier_gain = 2 ** -0.5
+        # `qk_norm`: None follows the config; a block whose paper always normalises them (op) says True.
+        self.qk_norm = QKNorm(cfg.d_head, cfg.norm_eps) if (cfg.qk_norm if qk_norm is None else qk_norm) else None
 
     @property
     def impl(self) -> str:
@@ -88,7 +104,8 @@ class MultiHeadAttention(nn.Module):
     def keys_values(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of `m` (B, T, d), split into heads (B, H, T, d_h): computed once per source when decoding."""
         H = self.cfg.n_heads
-        return split_heads(self.k(m), H), split_heads(self.v(m), H)
+        k = split_heads(self.k(m), H)
+        return (self.qk_norm.k(k) if self.qk_norm is not None else k), split_heads(self.v(m), H)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None, memory: torch.Tensor | None = None,
                 kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -101,6 +118,8 @@ class MultiHeadAttention(nn.Module):
         """
         H = self.cfg.n_heads
         q = split_heads(self.q(x), H)
+        if self.qk_norm is not None:
+            q = self.qk_norm.q(q)
         if kv is not None:
             k, v = kv
         elif memory is not None:
@@ -148,10 +167,13 @@ class ShapedAttention(nn.Module):
         self.alpha, self.beta = gain(alpha, H), gain(beta, H)
         self.gamma = gain(gamma, H) if gamma is not None else None
         self.value, self.proj = value, proj
+        self.qk_norm = qk_norm(cfg)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         H = self.cfg.n_heads
         q, k = split_heads(self.q(x), H), split_heads(self.k(x), H)
+        if self.qk_norm is not None:
+            q, k = self.qk_norm.q(q), self.qk_norm.k(k)
         v = split_heads(self.value(x) if self.value is not None else x, H)
         impl = resolve_impl(self.cfg.attn_impl, x.device, q.dtype)
         out = merge_heads(shaped_attention(q, k, v, self.alpha, self.beta, self.gamma, self.cfg.causal, key_mask, impl))

@@ -14,7 +14,7 @@ from blocklab.attention import MultiHeadAttention
 from blocklab.blocks.decoder import DecoderBlock
 from blocklab.registry import Predictions, register
 from blocklab.config import ModelConfig
-from blocklab.layers import MLP, Dropout, make_norm
+from blocklab.layers import MLP, Dropout, norm_layer
 
 
 class _Classic(nn.Module):
@@ -22,7 +22,7 @@ class _Classic(nn.Module):
         super().__init__()
         self.attn = MultiHeadAttention(cfg)
         self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
-        self.norms = nn.ModuleList(make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) for _ in range(n_norms))
+        self.norms = nn.ModuleList(norm_layer(cfg) for _ in range(n_norms))
         self.drop = Dropout(cfg.dropout)  # on each residual branch, as in fairseq; identity at the default 0
 
 

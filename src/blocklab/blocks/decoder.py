@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from blocklab.attention import KVCache, MultiHeadAttention
 from blocklab.config import ModelConfig
-from blocklab.layers import MLP, Dropout, make_norm
+from blocklab.layers import MLP, Dropout, norm_layer
 
 
 class LayerCache(KVCache):
@@ -43,7 +43,7 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.self_attn, self.cross_attn = MultiHeadAttention(cfg, causal=True), MultiHeadAttention(cfg, causal=False)
         self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
-        self.norms = nn.ModuleList(make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) for _ in range(3))
+        self.norms = nn.ModuleList(norm_layer(cfg) for _ in range(3))
         self.drop = Dropout(cfg.dropout)
 
     def sa(self, h, self_mask, cache: LayerCache | None):

@@ -7,7 +7,7 @@ import torch.nn as nn
 from blocklab.attention import IdentityPlus, ShapedAttention
 from blocklab.registry import Predictions, register
 from blocklab.config import ModelConfig
-from blocklab.layers import MLP, gain, make_norm
+from blocklab.layers import MLP, gain, norm_layer
 
 # The probes' source for every prediction below: shaped attention is the identity at init (He & Hofmann),
 # then the variance argument of Xiong et al.'s Lemma 2.
@@ -24,9 +24,9 @@ class _Sequential(nn.Module):
 
     def __init__(self, cfg: ModelConfig, attn: nn.Module):
         super().__init__()
-        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.norm1 = norm_layer(cfg)
         self.attn = attn
-        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.norm2 = norm_layer(cfg)
         self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
         self.beta_ff = gain(cfg.resolved("beta_ff"))
 
@@ -74,7 +74,7 @@ class SASP(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer: int, norm: bool = True):
         super().__init__()
-        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if norm else nn.Identity()
+        self.norm = norm_layer(cfg) if norm else nn.Identity()
         self.attn = sas(cfg, layer)
         self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
         self.beta_sa = gain(cfg.resolved("beta_sa"))

@@ -7,10 +7,11 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from blocklab.blocks import REGISTRY
 from blocklab.config import ModelConfig
-from blocklab.layers import make_norm
+from blocklab.layers import norm_layer
 from blocklab.model.loss import chunked_cross_entropy
 
 
@@ -30,12 +31,15 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     token and learned position embeddings N(0, 1/d) (fairseq: `normal_(0, d**-0.5)`).
     Biases start at zero either way.
 
-    Linear layers flagged `zero_init` (shaped attention's W^Q, the dW of I + dW) start at zero.
+    Linear layers flagged `zero_init` (shaped attention's W^Q, the dW of I + dW) start at zero; those
+    with a `xavier_normal_gain` (DeepNorm's) start Xavier-normal at that gain under either init.
     """
     for m in model.modules():
         if isinstance(m, nn.Linear):
             if getattr(m, "zero_init", False):
                 nn.init.zeros_(m.weight)
+            elif getattr(m, "xavier_normal_gain", None) is not None:  # DeepNorm's init, whatever cfg.init
+                nn.init.xavier_normal_(m.weight, gain=m.xavier_normal_gain)
             elif cfg.init == "normal":
                 nn.init.normal_(m.weight, std=0.02)
             else:
@@ -44,6 +48,8 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=0.02 if cfg.init == "normal" else cfg.d_model ** -0.5)
+    if isinstance(model, TokenModel):
+        model.after_optimizer_step()  # nGPT starts, as it trains, with its matrices on the unit sphere
 
 
 def check_ids(input_ids: torch.Tensor) -> None:
@@ -71,6 +77,7 @@ class TokenModel(nn.Module):
     def embeddings(self, cfg: ModelConfig, *positions: str) -> None:
         d = cfg.d_model
         self.tok = nn.Embedding(cfg.vocab_size, d)
+        self.sphere = REGISTRY[cfg.block].sphere  # nGPT: embedding rows on the unit sphere
         if cfg.positions == "learned":
             for name in positions:
                 setattr(self, name, nn.Embedding(cfg.max_seq_len, d))
@@ -82,6 +89,9 @@ class TokenModel(nn.Module):
 
     def output_head(self, cfg: ModelConfig) -> None:
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # nGPT (blocks/ngpt.py): logits = s_z * (h W^T), s_z stored at 1/sqrt(d) and used times sqrt(d).
+        if self.sphere:
+            self.s_z = nn.Parameter(torch.full((cfg.vocab_size,), cfg.d_model ** -0.5))
 
     def token_embedding(self, ids: torch.Tensor, positions: str, start: int = 0) -> torch.Tensor:
         """tok(ids) * embed_scale + the positions start .. start + T - 1 of the table `positions`."""
@@ -98,7 +108,7 @@ class TokenModel(nn.Module):
         spec = REGISTRY[cfg.block]
         self.embeddings(cfg, "pos")
         self.blocks = nn.ModuleList(spec.cls(cfg, i) for i in range(cfg.n_layers))
-        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if spec.final_norm else nn.Identity()
+        self.final_norm = norm_layer(cfg) if spec.final_norm else nn.Identity()
 
     def encode(self, input_ids: torch.Tensor, attention_mask=None, output_hidden_states: bool = False):
         """(final-normed hidden states (B, T, d), every block's output when asked) of encoder_stack."""
@@ -110,9 +120,24 @@ class TokenModel(nn.Module):
                                     output_hidden_states)
         return self.final_norm(x), hidden
 
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """Called by the trainer after every optimizer step: each module with a `renormalise()` (nGPT's
+        blocks and embeddings, which live on the unit sphere) puts its weights back."""
+        for m in self.modules():
+            if m is not self and hasattr(m, "renormalise"):
+                m.renormalise()
+        if getattr(self, "sphere", False):
+            for emb in (self.tok, getattr(self, "head", None)):
+                if emb is not None:
+                    emb.weight.copy_(F.normalize(emb.weight, dim=1))
+
     @property
     def head_weight(self) -> torch.Tensor:
-        return self.head.weight if self.head is not None else self.tok.weight
+        w = self.head.weight if self.head is not None else self.tok.weight
+        if getattr(self, "sphere", False):
+            w = w * (self.s_z * self.cfg.d_model ** 0.5)[:, None]
+        return w
 
     @staticmethod
     def run_blocks(blocks, x: torch.Tensor, key_mask, output_hidden_states: bool = False):

@@ -28,7 +28,7 @@ import torch.nn as nn
 from blocklab.blocks import REGISTRY
 from blocklab.blocks.decoder import LayerCache
 from blocklab.config import ModelConfig
-from blocklab.layers import Dropout, make_norm
+from blocklab.layers import Dropout, norm_layer
 from blocklab.model.base import TokenModel, check_ids, init_weights, padding_mask
 from blocklab.model.beam import beam_search
 from blocklab.tokens import EOS_ID, IGNORE_INDEX, MASK_ID, PAD_ID
@@ -57,7 +57,7 @@ class Seq2Seq(TokenModel):
         self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(spec.cls(cfg, i) for i in range(cfg.n_layers))
         self.decoder_blocks = nn.ModuleList(spec.decoder(cfg, i) for i in range(self.n_decoder_layers))
-        norm = (lambda: make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)) if spec.final_norm else nn.Identity
+        norm = (lambda: norm_layer(cfg)) if spec.final_norm else nn.Identity
         self.encoder_norm, self.decoder_norm = norm(), norm()
         self.output_head(cfg)
         init_weights(self, cfg)

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 import torch
 
 from blocklab.blocks import REGISTRY
+from blocklab.registry import NORM_FREE_LAWS
 
 
 class _LastFFNSlopes(Mapping):
@@ -98,13 +99,15 @@ def hidden_norm_constants(cfg) -> dict:
         x0 += 0.5 if cfg.positions == "sinusoidal" else 0.0  # |sinusoid|^2 = d/2
     else:
         x0 = 1.0 + (1.0 / d if cfg.positions == "learned" else 0.5)
+    if REGISTRY[cfg.block].sphere:  # nGPT: unit token rows, plus the position table's own term
+        x0 += 1.0 / d - (0.02 ** 2 if cfg.init == "normal" else 1.0)
     v1, v2 = weight_variance(cfg.init, d, f), weight_variance(cfg.init, f, d)
     # |W1 y|^2 = f d v1; ReLU keeps half in expectation (GELU: about 0.43; ReLU is the papers' case).
     act = 0.5 if cfg.activation == "relu" else 0.425
     ffn = f * v1 * act * d * v2
     vd = weight_variance(cfg.init, d, d) * d
     attn = vd * vd
-    return {"x0": x0, "ffn": ffn, "attn": attn}
+    return {"x0": x0, "ffn": ffn, "attn": attn, "eps": cfg.norm_eps}
 
 
 # One block's step of E|x_l|^2 at init, per law of blocks.HIDDEN_NORM_LAWS: (lower, upper) of block l
@@ -143,7 +146,25 @@ def _softmax_no_skip(lo, hi, first, d, c, ff, sa):  # u = A Norm(x): |u|^2 betwe
     return d * ff ** 2 * c["ffn"], d * (1 + ff ** 2 * c["ffn"])
 
 
-LAWS = {"residual": _residual, "unit": _unit, "identity-attention": _identity_attention, "no-skip": _no_skip,
+def _identity(lo, hi, first, d, c, ff, sa):  # ReZero: a = 0, every block returns its input
+    return lo, hi
+
+
+def _settled(m, c):
+    """|Norm(y)|^2 / d for a sub-layer output y of mean square m per entry: below 1 where eps matters."""
+    return m / (m + c["eps"])
+
+
+def _peri(lo, hi, first, d, c, ff, sa):  # x + Norm(F(Norm(x))), the first block normalising its input
+    lo, hi = (d, d) if first else (lo, hi)  # the cross term vanishes: Norm(F) is odd in F's output weight
+    return lo + d * _settled(c["ffn"], c), hi + d * (_settled(c["ffn"], c) + _settled(c["attn"], c))
+
+
+def _sphere(lo, hi, first, d, c, ff, sa):  # nGPT: every block ends with an L2 normalisation
+    return 1.0, 1.0
+
+
+LAWS = {"identity": _identity, "peri": _peri, "sphere": _sphere, "residual": _residual, "unit": _unit, "identity-attention": _identity_attention, "no-skip": _no_skip,
         "no-skip-no-norm": _no_skip_no_norm, "value-projection": _value_projection,
         "softmax-no-skip": _softmax_no_skip}
 
@@ -156,8 +177,8 @@ def hidden_norm_prediction(cfg, n_layers: int) -> dict | None:
     """
     d, spec = cfg.d_model, REGISTRY[cfg.block]
     pred = spec.predictions
-    if pred.hidden_norm is None:
-        return None
+    if pred.hidden_norm is None or (cfg.norm == "dyt" and pred.hidden_norm not in NORM_FREE_LAWS):
+        return None  # the laws below assume unit-gain norms; none covers a tanh in their place
     step = LAWS[pred.hidden_norm]
     c = hidden_norm_constants(cfg)
     ff = cfg.resolved("beta_ff") if spec.beta_ff is not None else None

@@ -1,0 +1,122 @@
+"""nGPT, the normalised Transformer (Loshchilov et al. 2024, arXiv 2410.01131): every hidden state and every
+weight vector along the model dimension lives on the unit sphere, and a block moves the hidden state
+towards each sub-layer's (normalised) output by a learned per-dimension step (eqs. 10-11):
+
+    h <- Norm(h + alpha_A (Norm(Attn(h)) - h));    h <- Norm(h + alpha_M (Norm(MLP(h)) - h))
+
+Norm is L2 normalisation. Attention: q = s_qk Norm(q_h), k = s_qk Norm(k_h) per head, softmax scale
+sqrt(d_h) (eq. 15-16). MLP: SwiGLU with u = s_u (W_u h), v = s_v sqrt(d) (W_v h) (eq. 20-21). The model
+adds a logit scale s_z per vocabulary entry and re-normalises its embeddings (model/base.py).
+
+Stored scalings, as in the authors' code (NVIDIA/ngpt, model.py): a trainable vector is kept at
+`init_scaling` and multiplied by `init_value / init_scaling` when used, so that Adam's step on it has
+the size the paper intends (their Sec. 2.5): alpha_A, alpha_M: value 0.05, scaling 1/sqrt(d); s_qk:
+1, 1/sqrt(d); s_u, s_v: 1, 1; s_z: 1, 1/sqrt(d). |alpha| is used, as the code does.
+
+Choices written down: the matrices are re-normalised along the model dimension after init and after
+every optimizer step (W_q, W_k, W_v, W_u, W_v of the MLP and the embeddings by rows; the two output
+projections by columns), as the code's `normalize_matrices`. blocklab has no RoPE: the harness's
+learned (or sinusoidal) positions are added to the unit token embedding and the first block's Norm(h)
+puts the sum on the sphere (nGPT applies RoPE to q and k instead). The MLP's hidden width is d_ff for
+each of u and v (the code's 4d each), so the block has d*d_ff more weights than Pre-LN at the same d_ff.
+The head is tied to the embedding when the config says so (nGPT unties it; `tie_embeddings=false` for
+the paper's). No weight decay and no warm-up are the paper's recipe: the zoo preset sets them.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from blocklab.attention.functional import merge_heads, softmax_attention, split_heads
+from blocklab.config import ModelConfig
+from blocklab.layers import gain, l2_normalise
+from blocklab.registry import Predictions, register
+
+ALPHA_INIT = 0.05  # alpha_A, alpha_M (the code's attn_alpha_init_value, mlp_alpha_init_value)
+
+
+class Scale(nn.Module):
+    """A trainable vector stored at `scaling` and used as stored * value / scaling (nGPT Sec. 2.5)."""
+
+    def __init__(self, n: int, value: float, scaling: float):
+        super().__init__()
+        self.s = gain(scaling, n)
+        self.factor = value / scaling
+
+    def forward(self) -> torch.Tensor:
+        return self.s * self.factor
+
+
+def _normalise_rows(*linears: nn.Linear, dim: int) -> None:
+    for lin in linears:
+        lin.weight.copy_(l2_normalise(lin.weight, dim))
+
+
+class NormalisedAttention(nn.Module):
+    """softmax(sqrt(d_h) q k^T) v with q = s_qk Norm(q_h), k = s_qk Norm(k_h) (nGPT eqs. 15-16)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.cfg = cfg
+        self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.s_qk = Scale(d, 1.0, d ** -0.5)
+
+    def forward(self, h, key_mask=None):
+        H, dh = self.cfg.n_heads, self.cfg.d_head
+        s = split_heads(self.s_qk().expand(1, 1, -1), H)  # (1, H, 1, d_h)
+        q = s * l2_normalise(split_heads(self.q(h), H))
+        k = s * l2_normalise(split_heads(self.k(h), H))
+        # softmax_attention divides by sqrt(d_h); nGPT's scale is sqrt(d_h): queries times d_h.
+        out = softmax_attention(q * dh, k, split_heads(self.v(h), H), self.cfg.causal, key_mask,
+                                "materialized" if self.cfg.attn_impl == "materialized" else "sdpa")
+        return self.proj(merge_heads(out))
+
+    def renormalise(self) -> None:
+        _normalise_rows(self.q, self.k, self.v, dim=1)
+        _normalise_rows(self.proj, dim=0)
+
+
+class NormalisedMLP(nn.Module):
+    """W_o (u * SiLU(v)), u = s_u W_u h, v = s_v sqrt(d) W_v h (nGPT eqs. 20-21)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, f = cfg.d_model, cfg.d_ff
+        self.fc1 = nn.Linear(d, 2 * f, bias=False)  # [W_u; W_v]: one matmul, as the code's c_fc
+        self.fc2 = nn.Linear(f, d, bias=False)
+        self.s_uv = Scale(2 * f, 1.0, 1.0)
+        self.sqrt_d = math.sqrt(d)
+
+    def forward(self, h):
+        s_u, s_v = self.s_uv().chunk(2)
+        u, v = self.fc1(h).chunk(2, -1)
+        return self.fc2(s_u * u * F.silu(s_v * self.sqrt_d * v))
+
+    def renormalise(self) -> None:
+        _normalise_rows(self.fc1, dim=1)
+        _normalise_rows(self.fc2, dim=0)
+
+
+@register("ngpt", label="nGPT", family="successor", colour="#dbdb8d", final_norm=False, has_norms=False,
+          options=(), sphere=True,
+          predictions=Predictions(hidden_norm="sphere", hidden_norm_source="nGPT: every block ends with Norm, "
+                                                                            "|h_l| = 1"))
+class NGPT(nn.Module):
+    """h <- Norm(h + alpha_A (Norm(Attn(h)) - h)); h <- Norm(h + alpha_M (Norm(MLP(h)) - h)) (nGPT eqs. 10-11)."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        d = cfg.d_model
+        self.attn = NormalisedAttention(cfg)
+        self.mlp = NormalisedMLP(cfg)
+        self.alpha_a = Scale(d, ALPHA_INIT, d ** -0.5)
+        self.alpha_m = Scale(d, ALPHA_INIT, d ** -0.5)
+
+    def forward(self, x, key_mask=None):
+        h = l2_normalise(x)  # a no-op after the first block, whose input is token + position embedding
+        h = l2_normalise(h + self.alpha_a().abs() * (l2_normalise(self.attn(h, key_mask)) - h))
+        return l2_normalise(h + self.alpha_m().abs() * (l2_normalise(self.mlp(h)) - h))
