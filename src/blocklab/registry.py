@@ -57,7 +57,8 @@ class Predictions:
     `hidden_norm`: a key of HIDDEN_NORM_LAWS (None: no paper covers the block) and `hidden_norm_source`
     the sentence that cites it; `lemma2_paper`: Xiong et al.'s Lemma 2 as published applies (Pre-LN);
     `last_ffn_slope`: Theorem 1's log-log slope of the last FFN's gradient norm against depth, with
-    `last_ffn_source` (None: no paper predicts one).
+    `last_ffn_source` (None: no paper predicts one); `bounded_update_source`: the paper that proves the
+    first Adam step moves the output by O(1) whatever the depth (DeepNet), or None.
     """
 
     hidden_norm: str | None = None
@@ -65,6 +66,7 @@ class Predictions:
     lemma2_paper: bool = False
     last_ffn_slope: float | None = None
     last_ffn_source: str | None = None
+    bounded_update_source: str | None = None
 
     @property
     def identity_attention(self) -> bool:
@@ -81,6 +83,9 @@ class Predictions:
         _flag("Predictions", "lemma2_paper", self.lemma2_paper)
         if self.lemma2_paper and self.hidden_norm != "residual":
             raise ValueError(f"lemma2_paper=True needs hidden_norm='residual', not {self.hidden_norm!r}")
+        if self.bounded_update_source is not None and not (isinstance(self.bounded_update_source, str)
+                                                           and self.bounded_update_source.strip()):
+            raise ValueError(f"bounded_update_source={self.bounded_update_source!r} is not valid; give a sentence")
         slope = self.last_ffn_slope
         if slope is not None and (isinstance(slope, bool) or not isinstance(slope, (int, float))):
             raise ValueError(f"last_ffn_slope={slope!r} is not valid; it must be a number or None")

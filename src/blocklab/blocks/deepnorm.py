@@ -67,7 +67,8 @@ class DeepNormDecoderBlock(DecoderBlock):
 
 @register("deepnorm", label="DeepNorm", family="successor", colour="#17becf", final_norm=False, dropout=True,
           decoder=DeepNormDecoderBlock,
-          predictions=Predictions(hidden_norm="unit", hidden_norm_source="unit-gain LN after each block: d"))
+          predictions=Predictions(hidden_norm="unit", hidden_norm_source="unit-gain LN after each block: d",
+                                  bounded_update_source="DeepNet Thm 4.1: the model update is O(1) in depth"))
 class DeepNorm(_Classic):
     """x <- LN(alpha x + F(x)); Xavier-normal gain beta on W^V, W^P, W1, W2 (DeepNet eq. 6 and Table 1)."""
 

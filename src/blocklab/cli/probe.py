@@ -14,7 +14,9 @@ def add_parser(sub) -> None:
                     "forward and backward, and measure per layer: the squared hidden-state norm (Xiong et al. "
                     "Lemma 2), the gradient norm of every weight (their Fig. 3 a/b), the gradient of the last "
                     "FFN output weight against depth with its fitted log-log slope (Theorem 1) and the mean "
-                    "pairwise cosine similarity between tokens (rank collapse). Writes DIR/probes.json and "
+                    "pairwise cosine similarity between tokens (rank collapse); and, against depth, how far one "
+                    "first Adam step moves the logits (DeepNet's model update, bounded for DeepNorm). Writes "
+                    "DIR/probes.json and "
                     "PNG figures with the papers' predictions drawn dashed, and prints a summary table.",
         epilog="Example: blocklab probe --init xavier --norm layernorm --d-model 128 --d-ff 512 --out probes/")
     add_arguments(p)

@@ -20,7 +20,7 @@ from blocklab.atomic import write_atomic
 from blocklab.blocks import REGISTRY
 from blocklab.config import ModelConfig
 from blocklab.model import build_model
-from blocklab.probes.measure import aggregate, probe_batch
+from blocklab.probes.measure import UPDATE_LR, aggregate, probe_batch
 from blocklab.probes.predictions import LAST_FFN_SLOPE, fit_loglog, hidden_norm_prediction, last_ffn_reference
 
 SCHEMA = "blocklab.probes/1"
@@ -144,6 +144,7 @@ def run_init_probes(
         },
         "results": results,
         "last_ffn_vs_depth": {b: _vs_depth(b, depths, results[b]) for b in blocks},
+        "model_update_vs_depth": {b: _update_vs_depth(b, depths, results[b]) for b in blocks},
         "predictions": {b: _predictions(b, max(depths), base) for b in blocks},
     }
     result = sanitize(result)
@@ -158,6 +159,22 @@ def _vs_depth(block: str, depths: list[int], per_depth: dict) -> dict:
     slope, intercept = fit_loglog(depths, mean)
     return {"depths": depths, "mean": mean, "std": std, "slope": slope, "intercept": intercept,
             "reference": last_ffn_reference(block, depths, mean)}
+
+
+def _update_vs_depth(block: str, depths: list[int], per_depth: dict) -> dict:
+    """DeepNet's model update (probes.measure.model_update) against depth, its log-log slope, and for a
+    block whose paper bounds it a flat reference through the measurements' geometric mean."""
+    mean = [per_depth[str(L)].get("model_update", {}).get("mean") for L in depths]
+    std = [per_depth[str(L)].get("model_update", {}).get("std") for L in depths]
+    slope, intercept = fit_loglog(depths, mean)
+    source = REGISTRY[block].predictions.bounded_update_source
+    logs = [math.log(m) for m in mean if m]
+    reference = None
+    if source and logs:
+        level = math.exp(sum(logs) / len(logs))
+        reference = {"slope": 0.0, "source": source, "values": [level] * len(depths)}
+    return {"depths": depths, "mean": mean, "std": std, "slope": slope, "intercept": intercept,
+            "lr": UPDATE_LR, "reference": reference}
 
 
 def _predictions(block: str, max_depth: int, base: dict) -> dict:

@@ -77,6 +77,26 @@ def cosine_similarities(hidden_states, attention_mask=None) -> list[float]:
     return out
 
 
+# DeepNet's model update (Wang et al. 2022, Sec. 4.1 and Fig. 3): how far the output moves after the first
+# Adam step. Adam's first step is lr * sign(g) on every parameter, whatever the gradient's scale.
+UPDATE_LR = 1e-3
+
+
+@torch.no_grad()
+def model_update(model: nn.Module, input_ids, attention_mask, logits: torch.Tensor, lr: float = UPDATE_LR) -> float:
+    """RMS over tokens and vocabulary of the logits' change after one first Adam step of `lr` (the gradients
+    must be in .grad); the parameters are put back exactly."""
+    saved = {p: p.detach().clone() for p in model.parameters() if p.grad is not None}
+    for p in saved:
+        p.sub_(lr * p.grad.sign())
+    try:
+        moved = model(input_ids, attention_mask=attention_mask).logits
+        return (moved.float() - logits.float()).pow(2).mean().sqrt().item()
+    finally:
+        for p, v in saved.items():
+            p.copy_(v)
+
+
 def probe_batch(model: nn.Module, input_ids, labels, attention_mask=None) -> dict:
     """One forward and backward pass: hidden norms, cosine similarities, gradient norms, loss.
 
@@ -110,6 +130,7 @@ def probe_batch(model: nn.Module, input_ids, labels, attention_mask=None) -> dic
         "grad_norm": grad,
         "last_ffn_grad_norm": (last.weight.grad.float().norm().item()
                                if last is not None and last.weight.grad is not None else None),
+        "model_update": model_update(model, input_ids, attention_mask, out.logits.detach()),
     }
     model.zero_grad(set_to_none=True)
     return result
@@ -136,6 +157,7 @@ def aggregate(samples: list[dict]) -> dict:
     n_layers = len(samples[0]["hidden_sq_norm"]) - 1
     loss_m, loss_s = _mean_std([s["loss"] for s in samples])
     last_m, last_s = _mean_std([s["last_ffn_grad_norm"] for s in samples])
+    upd_m, upd_s = _mean_std([s.get("model_update") for s in samples])
     return {
         "n_layers": n_layers,
         "n_samples": len(samples),
@@ -144,6 +166,7 @@ def aggregate(samples: list[dict]) -> dict:
         "cosine_similarity": _agg_lists([s["cosine_similarity"] for s in samples]),
         "grad_norm": {r: _agg_lists([s["grad_norm"].get(r, [None] * n_layers) for s in samples]) for r in roles},
         "last_ffn_grad_norm": {"mean": last_m, "std": last_s},
+        "model_update": {"mean": upd_m, "std": upd_s},
     }
 
 

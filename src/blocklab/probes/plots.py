@@ -17,6 +17,7 @@ FIGURES = {
     "grad_norms": "grad_norms.png",
     "last_ffn_grad": "last_ffn_grad.png",
     "cosine_similarity": "cosine_similarity.png",
+    "model_update": "model_update.png",
 }
 
 
@@ -157,6 +158,37 @@ def plot_last_ffn_grad(result: dict, path) -> str:
     return save_figure(fig, path)
 
 
+def plot_model_update(result: dict, path) -> str | None:
+    """DeepNet's model update against depth: the RMS change of the logits after one first Adam step."""
+    from matplotlib import colormaps
+
+    per_block = result.get("model_update_vs_depth")
+    if not per_block:
+        return None
+    fig, axes = new_figure(1, 1, (6.4, 4.6))
+    ax = axes[0, 0]
+    cmap = colormaps["tab10"]
+    for i, (block, v) in enumerate(per_block.items()):
+        x, y = np.array(v["depths"], float), _arr(v["mean"])
+        if not np.isfinite(y).any():
+            continue
+        slope = "n/a" if v["slope"] is None else f"{v['slope']:+.2f}"
+        ax.errorbar(x, y, yerr=np.nan_to_num(_arr(v["std"])), fmt="o-", ms=4, lw=1.3, capsize=2,
+                    color=cmap(i % 10), label=f"{block} (fitted slope {slope})")
+        ref = v.get("reference")
+        if ref:
+            ax.plot(x, ref["values"], "--", lw=1, color=cmap(i % 10), label=f"{ref['source']} (bounded)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("depth L (number of blocks)")
+    lr = next(iter(per_block.values())).get("lr")
+    ax.set_ylabel(f"RMS change of the logits after one Adam step (lr {lr:g})")
+    ax.set_title("Model update vs depth at init (DeepNet Fig. 3)\n" + _title(result), fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6)
+    return save_figure(fig, path)
+
+
 def plot_cosine(result: dict, path) -> str:
     """Mean pairwise cosine similarity of token representations per layer (rank collapse)."""
     depths = result["settings"]["depths"]
@@ -192,4 +224,5 @@ def plot_all(result: dict, out_dir) -> dict[str, str]:
         "grad_norms": plot_grad_norms(result, os.path.join(out_dir, FIGURES["grad_norms"])),
         "last_ffn_grad": plot_last_ffn_grad(result, os.path.join(out_dir, FIGURES["last_ffn_grad"])),
         "cosine_similarity": plot_cosine(result, os.path.join(out_dir, FIGURES["cosine_similarity"])),
+        "model_update": plot_model_update(result, os.path.join(out_dir, FIGURES["model_update"])),
     }

@@ -14,7 +14,7 @@ import sys
 import torch
 
 from blocklab.blocks import BLOCKS, REGISTRY
-from blocklab.config import ModelConfig
+from blocklab.config import NORMS, ModelConfig
 from blocklab.errors import UserError
 from blocklab.probes.init_probes import format_table, random_batches, run_init_probes
 from blocklab.probes.plots import plot_all
@@ -42,7 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--d-ff", type=int, default=1024, help="MLP hidden width" + D)
     m.add_argument("--init", choices=("normal", "xavier"), default="normal",
                    help="normal: std 0.02 (He & Hofmann); xavier: fairseq's Xavier-uniform (query/key/value at gain 1/sqrt(2)), sqrt(d)-scaled embeddings (Xiong et al.)" + D)
-    m.add_argument("--norm", choices=("rmsnorm", "layernorm"), default="rmsnorm", help="normalisation layer" + D)
+    m.add_argument("--norm", choices=NORMS, default="rmsnorm",
+                   help="normalisation layer (dyt: Dynamic Tanh in place of every norm)" + D)
+    m.add_argument("--qk-norm", action="store_true", help="RMSNorm on each head's queries and keys (default: off)")
     m.add_argument("--activation", choices=("relu", "gelu"), default="relu", help="MLP activation" + D)
     m.add_argument("--beta-ff", type=float, default=None, help="beta_FF of the blocks that have one (default: each block's own, 0.1)")
     m.add_argument("--task", choices=("clm", "mlm"), default="clm", help="causal LM (decoder) or masked LM (encoder)" + D)
@@ -156,9 +158,10 @@ def run(args) -> int:
         raise UserError(f"--device {args.device!r}: CUDA is not available on this machine")
 
     model = dict(d_model=args.d_model, n_heads=args.n_heads, d_ff=args.d_ff, init=args.init, norm=args.norm,
-                 activation=args.activation, task=args.task, max_seq_len=args.seq_len)
-    try:  # shapes and options checked before any data is prepared
-        ModelConfig(block=blocks[0], n_layers=1, vocab_size=args.vocab_size, **model)
+                 activation=args.activation, task=args.task, max_seq_len=args.seq_len, qk_norm=args.qk_norm)
+    try:  # shapes and options checked, for every block, before any data is prepared
+        for block in blocks:
+            ModelConfig(block=block, n_layers=1, vocab_size=args.vocab_size, **model)
     except ValueError as e:
         raise UserError(str(e)) from e
     if args.beta_ff is not None:
@@ -175,7 +178,7 @@ def run(args) -> int:
     result = run_init_probes(blocks, depths, batches, model=model, seeds=args.seeds, n_batches=args.batches,
                              ablation=args.ablation, device=device,
                              progress=False if args.no_progress else None, settings=info, out=out)
-    figures = plot_all(result, out)
+    figures = {k: v for k, v in plot_all(result, out).items() if v}
     print(format_table(result))
     print(f"wrote {os.path.join(out, 'probes.json')} and {len(figures)} figures: "
           + ", ".join(os.path.basename(p) for p in figures.values()))
