@@ -17,15 +17,20 @@ def cell_value(row: dict) -> float | None:
 
 
 def warmup_grid(groups) -> dict | None:
-    """{block: {(warmup_steps, lr): (value, statuses)}} when the groups vary over both warm-up and learning
-    rate; None otherwise. `groups` are (Group, group_row) pairs."""
+    """{panel: {(warmup_steps, lr): (value, statuses)}} when the groups vary over both warm-up and learning
+    rate; None otherwise. A panel is a block, or "block, optimizer" where the optimizer varies too.
+    `groups` are (Group, group_row) pairs."""
     grid: dict = {}
+    groups = list(groups)
+    # Xiong et al.'s SGD arm shares rates with the Adam runs: one panel per block and optimizer then.
+    optimizers = {g.runs[0].cfg("train", "optimizer") for g, _ in groups}
     for g, row in groups:
         run = g.runs[0]
         w, lr = run.cfg("train", "warmup_steps"), run.cfg("train", "lr")
         if w is None or lr is None:
             continue
-        grid.setdefault(g.block, {})[(w, lr)] = (cell_value(row), row["statuses"])
+        panel = f"{g.block}, {run.cfg('train', 'optimizer')}" if len(optimizers) > 1 else g.block
+        grid.setdefault(panel, {})[(w, lr)] = (cell_value(row), row["statuses"])
     def crossed(cells) -> bool:  # at least a 2 x 2 grid: both settings varied together
         return len(cells) >= 4 and len({w for w, _ in cells}) >= 2 and len({lr for _, lr in cells}) >= 2
 

@@ -1,0 +1,88 @@
+"""The `zoo` and `depth` presets: every block of SPEC sections 2 and 2b on one causal-LM budget, and the
+blocks that claim to fix deep training at growing depth.
+
+One shared recipe, He & Hofmann's (normal init, RMSNorm, AdamW, weight decay 0.1, 5% linear warm-up
+then linear decay, clipping at 1), because most papers of section 2b state none of their own at this
+size or state this one (OP's op.yaml: AdamW, wd 0.1, 5% warm-up; Mix-LN and LNS: LLaMA's AdamW with
+warm-up; DyT and QK-norm: the baseline's). The one exception is nGPT, whose paper prescribes no weight
+decay and no warm-up (Loshchilov et al. Sec. 2.6): its runs say so. DeepNorm's paper recipe is its
+translation one; for a language model it uses the shared recipe, as Post-LN does.
+"""
+from __future__ import annotations
+
+from blocklab.blocks import BLOCKS
+
+# nGPT's own recipe (no weight decay, no warm-up); every other block takes the shared one.
+OWN_RECIPE = {"ngpt": {"train.weight_decay": 0.0, "train.warmup_steps": 0}}
+# SPEC 2b's two options, each on the block its paper puts it in.
+OPTION_RUNS = [{"name": "dyt", "label": "DyT (Pre-LN, norm=dyt)", "model.block": "pre-ln", "model.norm": "dyt"},
+               {"name": "qk-norm", "label": "Pre-LN + QK-norm", "model.block": "pre-ln", "model.qk_norm": True}]
+
+
+def zoo_runs() -> list[dict]:
+    """One run per public block (its registry label) and one per option, with OWN_RECIPE applied."""
+    from blocklab.blocks import REGISTRY
+
+    runs = [{"name": b, "label": REGISTRY[b].label, "model.block": b, **OWN_RECIPE.get(b, {})} for b in BLOCKS]
+    return runs + [dict(r) for r in OPTION_RUNS]
+
+
+ZOO = {
+    "name": "zoo",
+    "description": "Every block of SPEC sections 2 and 2b (and DyT, QK-norm) on one causal-LM budget, two seeds: "
+                   "d=128, 4 layers, T=128, batch 16, 200 steps on the stdlib corpus; He & Hofmann's recipe "
+                   "(AdamW lr 3e-3, wd 0.1, 10-step warm-up then linear decay, clip 1) for every block but nGPT "
+                   "(its paper's: no weight decay, no warm-up).",
+    "expected_cost": "34 runs of 200 steps at d=128: about 30 minutes on 2 idle CPU cores",
+    "target_run": "pre-ln",
+    "seeds": [0, 1],
+    "base": {
+        "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
+        "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
+        "train": {"steps": 200, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.1, "warmup_steps": 10,
+                  "log_every": 5, "eval_every": 50, "eval_batches": 8, "checkpoint_every": 200,
+                  "stall_patience": 50},
+    },
+    "runs": zoo_runs(),
+}
+
+# GPU: He & Hofmann's depth and width at 12 layers (d=768) on the whole Python environment.
+ZOO_GPU = {
+    "name": "zoo-gpu",
+    "description": "The zoo at GPU size: every block, 12 layers, d=768, 12 heads, MLP 3072, T=128, batch 128, "
+                   "5000 steps, bf16, compiled, two seeds; He & Hofmann's recipe (AdamW lr 1e-3, wd 0.1, 5% warm-up, "
+                   "linear decay) for every block but nGPT (no weight decay, no warm-up).",
+    "expected_cost": "34 runs of 5000 steps x 16k tokens (82M tokens each): about 8 GPU-hours on one H100 "
+                     "(an estimate from the FLOP count, not a measurement)",
+    "target_run": "pre-ln",
+    "seeds": [0, 1],
+    "base": {
+        "data": {"source": "python", "vocab_size": 16384, "seq_len": 128},
+        "model": {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072},
+        "train": {"steps": 5000, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.1, "warmup_steps": 250,
+                  "precision": "bf16", "compile": True, "log_every": 25, "eval_every": 500,
+                  "checkpoint_every": 1000, "stall_patience": 300},
+    },
+    "runs": zoo_runs(),
+}
+
+# Depth: the blocks that claim to train deep stacks (DeepNorm, Mix-LN, LNS, ReZero, SAS-P) against
+# Post-LN and Pre-LN, at 6 to 48 thin layers (d=64), the shared recipe and two seeds.
+DEPTH_BLOCKS = ["post-ln", "pre-ln", "deepnorm", "mix-ln", "lns", "sas-p", "rezero"]
+DEPTH = {
+    "name": "depth",
+    "description": "Depth scaling: Post-LN, Pre-LN, DeepNorm, Mix-LN, LNS, SAS-P and ReZero at 6, 12, 24 and 48 "
+                   "layers of d=64 (T=64, batch 16, 200 steps, two seeds) on the stdlib corpus; He & Hofmann's "
+                   "recipe (AdamW lr 3e-3, wd 0.1, 10-step warm-up then linear decay, clip 1): which train, which "
+                   "stall, which diverge, and the loss they reach.",
+    "expected_cost": "56 runs of 200 steps at d=64: about 25 minutes on 2 idle CPU cores",
+    "target_run": "pre-ln_L6",
+    "seeds": [0, 1],
+    "base": {
+        "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 64},
+        "model": {"d_model": 64, "n_heads": 4, "d_ff": 256},
+        "train": {"steps": 200, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.1, "warmup_steps": 10,
+                  "log_every": 5, "eval_every": 100, "eval_batches": 4, "checkpoint_every": 200},
+    },
+    "grid": {"model.block": DEPTH_BLOCKS, "model.n_layers": [6, 12, 24, 48]},
+}
