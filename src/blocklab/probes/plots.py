@@ -131,14 +131,14 @@ def plot_grad_norms(result: dict, path, depth: int | None = None) -> str:
     return save_figure(fig, path)
 
 
-def plot_last_ffn_grad(result: dict, path) -> str:
-    """Gradient norm of the last block's FFN output weight against depth, log-log (Xiong Thm 1, Fig. 3 c/d)."""
+def _plot_vs_depth(per_block: dict, path, ylabel: str, title: str) -> str:
+    """One log-log line per block of a `*_vs_depth` table (depths, mean, std, slope, reference)."""
     from matplotlib import colormaps
 
     fig, axes = new_figure(1, 1, (6.4, 4.6))
     ax = axes[0, 0]
     cmap = colormaps["tab10"]
-    for i, (block, v) in enumerate(result["last_ffn_vs_depth"].items()):
+    for i, (block, v) in enumerate(per_block.items()):
         x, y, e = np.array(v["depths"], float), _arr(v["mean"]), _arr(v["std"])
         if not np.isfinite(y).any():
             continue
@@ -151,42 +151,27 @@ def plot_last_ffn_grad(result: dict, path) -> str:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("depth L (number of blocks)")
-    ax.set_ylabel("|dLoss/dW| of blocks[-1].mlp.fc2")
-    ax.set_title("Last FFN output-weight gradient vs depth at init\n" + _title(result), fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=8)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6)
     return save_figure(fig, path)
+
+
+def plot_last_ffn_grad(result: dict, path) -> str:
+    """Gradient norm of the last block's FFN output weight against depth, log-log (Xiong Thm 1, Fig. 3 c/d)."""
+    return _plot_vs_depth(result["last_ffn_vs_depth"], path, "|dLoss/dW| of blocks[-1].mlp.fc2",
+                          "Last FFN output-weight gradient vs depth at init\n" + _title(result))
 
 
 def plot_model_update(result: dict, path) -> str | None:
     """DeepNet's model update against depth: the RMS change of the logits after one first Adam step."""
-    from matplotlib import colormaps
-
     per_block = result.get("model_update_vs_depth")
     if not per_block:
         return None
-    fig, axes = new_figure(1, 1, (6.4, 4.6))
-    ax = axes[0, 0]
-    cmap = colormaps["tab10"]
-    for i, (block, v) in enumerate(per_block.items()):
-        x, y = np.array(v["depths"], float), _arr(v["mean"])
-        if not np.isfinite(y).any():
-            continue
-        slope = "n/a" if v["slope"] is None else f"{v['slope']:+.2f}"
-        ax.errorbar(x, y, yerr=np.nan_to_num(_arr(v["std"])), fmt="o-", ms=4, lw=1.3, capsize=2,
-                    color=cmap(i % 10), label=f"{block} (fitted slope {slope})")
-        ref = v.get("reference")
-        if ref:
-            ax.plot(x, ref["values"], "--", lw=1, color=cmap(i % 10), label=f"{ref['source']} (bounded)")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("depth L (number of blocks)")
     lr = next(iter(per_block.values())).get("lr")
-    ax.set_ylabel(f"RMS change of the logits after one Adam step (lr {lr:g})")
-    ax.set_title("Model update vs depth at init (DeepNet Fig. 3)\n" + _title(result), fontsize=8)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=6)
-    return save_figure(fig, path)
+    return _plot_vs_depth(per_block, path, f"RMS change of the logits after one Adam step (lr {lr:g})",
+                          "Model update vs depth at init (DeepNet Fig. 3)\n" + _title(result))
 
 
 def plot_cosine(result: dict, path) -> str:
