@@ -24,6 +24,11 @@ def truncate_metrics(path: Path, last_step: int) -> None:
     path.write_text("".join(k + "\n" for k in keep))
 
 
+def grad_values(norms: dict[str, float]) -> dict[str, float]:
+    """Per-layer gradient norms (probes/grads.py) as metrics keys `grad/L{l}.{role}`, `grad/D{l}.{role}`."""
+    return {f"grad/{k}": v for k, v in norms.items()}
+
+
 class MetricsLogger:
     def __init__(self, out: Path, start: int, total: int, train_seconds: float, enabled: bool = True,
                  progress: bool | None = None):

@@ -18,7 +18,8 @@ from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from blocklab.training.config import RunConfig, compiles, load_config, to_toml
 from blocklab.attention.modules import attention_path
-from blocklab.training.logger import MetricsLogger
+from blocklab.probes.grads import layer_grad_norms
+from blocklab.training.logger import MetricsLogger, grad_values
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
 from blocklab.training.stall import stall_detector
 from blocklab.training.tasks import get_task
@@ -83,6 +84,7 @@ class Trainer:
         if self.compiled:
             self.task.compile(self.model)
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
+        self.grad_norms: dict[str, float] | None = None  # the last step's, on the steps that measure them
         self.state = {"step": 0, "initial_loss": None, "tokens": 0, "train_seconds": 0.0, "wall_seconds": 0.0,
                       "best_eval_loss": None, "last_eval_loss": None, "last_loss": None,
                       **self.task.initial_state()}
@@ -121,13 +123,32 @@ class Trainer:
         loss_sum, n = self.loss_terms(batch, self.forward)
         n_global = self.dist.sum(n.detach()).clamp_min(1)
         self.scaler.scale(loss_sum / n_global * self.dist.world_size).backward()
-        if t.grad_clip > 0:
+        # Per-layer gradient norms on the steps that get a row only (nothing on the others): unscaled, so
+        # true gradients, and before clipping. One unscale_: scaler.step skips it once done here, and
+        # it is a no-op without fp16, so the update is the same bit for bit. Under DDP the gradients
+        # are already averaged over the ranks: rank 0's norms are the global ones.
+        measure = self.dist.main and self.measures_grads(step + 1)
+        if t.grad_clip > 0 or measure:
             self.scaler.unscale_(self.optimizer)
+        self.grad_norms = layer_grad_norms(self.model) if measure else None
+        if t.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        self.model.after_optimizer_step()  # nGPT puts its matrices back on the unit sphere
         self.optimizer.zero_grad(set_to_none=True)
         return (self.dist.sum(loss_sum.detach()) / n_global).item()
+
+    def logs_step(self, done: int) -> bool:
+        """Whether the step that makes update number `done` (1-based) gets a training row."""
+        t = self.cfg.train
+        return done % t.log_every == 0 or done == t.steps
+
+    def measures_grads(self, done: int) -> bool:
+        """The logged steps, and step 1: its gradient is taken at the initial weights (before any
+        update), the "init" of the gradient-norm figure (reporting/gradnorms.py). When step 1 is not
+        a logged step it gets a row of its own holding only `step` and the `grad/` keys."""
+        return done == 1 or self.logs_step(done)
 
     def _restore(self) -> int:
         ckpt_root = self.out / "checkpoints"
@@ -210,11 +231,13 @@ class Trainer:
                     self.state["last_loss"] = loss
                     self.state["wall_seconds"] = time.perf_counter() - wall0
                     row = None
-                    if done % t.log_every == 0 or done == t.steps:
+                    if self.logs_step(done):
                         row = logger.train_row(done, sum(window) / len(window), self.optimizer.param_groups[0]["lr"],
                                                self.state, len(window) * tokens_per_step, self.model)
                         row["mfu"] = self.throughput.mfu(row["tokens_per_s"])
                         window = []
+                    if self.grad_norms is not None:
+                        row = dict(row or {"step": done}, **grad_values(self.grad_norms))
                     if done % t.eval_every == 0 or done == t.steps:
                         ev = self.evaluate()
                         best = self.state["best_eval_loss"]
