@@ -24,3 +24,24 @@ def randomize(model, seed=0, scale=0.3):
 def as_args(over: dict) -> list[str]:
     """{'model': {'block': 'sas'}} -> ['--model.block', 'sas']."""
     return [tok for s, kv in over.items() for k, v in kv.items() for tok in (f"--{s}.{k}", str(v))]
+
+
+def assert_causal(model, vocab: int = 97, t: int = 9):
+    """A logit at a position before `t` never moves when token `t` changes; later ones do."""
+    ids = torch.randint(0, vocab, (2, 20))
+    changed = ids.clone()
+    changed[:, t] = (changed[:, t] + 1) % vocab
+    a, b = model(ids).logits, model(changed).logits
+    assert torch.allclose(a[:, :t], b[:, :t], atol=1e-6)
+    assert not torch.allclose(a[:, t:], b[:, t:], atol=1e-4)  # the change does reach later positions
+
+
+def assert_cached_decoding_matches(m, src, tgt, mask):
+    """Token-by-token decoding with the cache gives the teacher-forced forward's logits."""
+    from blocklab.model.base import padding_mask
+
+    full = m(src, mask, decoder_input_ids=tgt).logits
+    memory, _ = m.encode(src, mask)
+    cache = m.init_cache(memory)
+    steps = [m.decode_step(tgt[:, t:t + 1], t, cache, padding_mask(mask)) for t in range(tgt.shape[1])]
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)

@@ -39,8 +39,9 @@ def attention_path(model: nn.Module, device: torch.device, dtype: torch.dtype = 
     shaped = [m for m in model.modules() if isinstance(m, ShapedAttention)]
     if shaped:
         return resolve_impl(shaped[0].cfg.attn_impl, device, dtype)
-    mha = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    return mha[0].impl if mha else "none"
+    # Softmax attentions (MultiHeadAttention, nGPT's NormalisedAttention) say their path as `impl`.
+    softmax = [m for m in model.modules() if isinstance(getattr(type(m), "impl", None), property)]
+    return softmax[0].impl if softmax else "none"
 
 
 class QKNorm(nn.Module):

@@ -65,14 +65,17 @@ class NormalisedAttention(nn.Module):
         self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
         self.s_qk = Scale(d, 1.0, d ** -0.5)
 
+    @property
+    def impl(self) -> str:
+        return "materialized" if self.cfg.attn_impl == "materialized" else "sdpa"
+
     def forward(self, h, key_mask=None):
         H, dh = self.cfg.n_heads, self.cfg.d_head
         s = split_heads(self.s_qk().expand(1, 1, -1), H)  # (1, H, 1, d_h)
         q = s * l2_normalise(split_heads(self.q(h), H))
         k = s * l2_normalise(split_heads(self.k(h), H))
         # softmax_attention divides by sqrt(d_h); nGPT's scale is sqrt(d_h): queries times d_h.
-        out = softmax_attention(q * dh, k, split_heads(self.v(h), H), self.cfg.causal, key_mask,
-                                "materialized" if self.cfg.attn_impl == "materialized" else "sdpa")
+        out = softmax_attention(q * dh, k, split_heads(self.v(h), H), self.cfg.causal, key_mask, self.impl)
         return self.proj(merge_heads(out))
 
     def renormalise(self) -> None:
@@ -81,7 +84,7 @@ class NormalisedAttention(nn.Module):
 
 
 class NormalisedMLP(nn.Module):
-    """W_o (u * SiLU(v)), u = s_u W_u h, v = s_v sqrt(d) W_v h (nGPT eqs. 20-21)."""
+    """W_o (u * SiLU(v)), u = s_u W_u h, v = s_v sqrt(d) W_v h (nGPT eqs. 20-21); SiLU whatever `activation` says."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()

@@ -85,14 +85,14 @@ class LNS(_Classic):
         return u + self.drop(self.mlp(self.scale * self.norms[1](u)))
 
 
-@register("op", label="OP", family="successor", colour="#f7b6d2", beta_ff=0.2, beta_sa=0.2, has_norms=False,
-          options=("dyt",))
+@register("op", label="OP", family="successor", colour="#f7b6d2", beta_ff=0.2, beta_sa=0.2, has_norms=False)
 class OP(nn.Module):
     """u = x + beta_SA MHA(x); y = u + beta_FF MLP(u), QK-norm, no pre-norms (He et al. 2024, Sec. 4).
 
     As the authors' `op.yaml`: the gains start at 0.2 ("O(1/sqrt(depth))"; `beta_ff`, `beta_sa` change
     them), RMSNorm with a learned gain on each head's queries and keys, a norm on the first block's
-    attention input only (its skip carries the raw embedding) and the final norm. op.yaml leaves the
+    attention input only (its skip carries the raw embedding) and the final norm (`qk_norm=True` is
+    then what it always is). op.yaml leaves the
     gains frozen with `trainable_*_block_gains` as a commented-out option; SPEC section 2b asks for
     trainable gains, so they train here (no weight decay, as every gain)."""
 
