@@ -32,22 +32,15 @@ def test_presets_match_their_papers():
     assert {(c.model.block, c.train.warmup_steps) for c in xq} == {(b, w) for b in ("post-ln", "pre-ln") for w in (0, 60)}
     assert all((c.model.init, c.model.norm, c.train.optimizer, c.train.schedule, c.train.inv_sqrt_scale)
                == ("xavier", "layernorm", "adam", "inv_sqrt", 60) for c in xq)
-    xiong = load_sweep("xiong-warmup").runs
+    xiong = [r for r in load_sweep("xiong-warmup").runs if r.config.train.optimizer == "adam"]  # SGD: test_presets
     assert {(r.config.train.lr, r.config.train.warmup_steps) for r in xiong} == {
         (lr, w) for lr in (5e-4, 1e-3) for w in (0, 12, 100)}
-    assert all(r.config.train.optimizer == "adam" and r.config.train.schedule == "inv_sqrt"
-               and r.config.train.inv_sqrt_scale == 100 for r in xiong)
+    assert all(r.config.train.schedule == "inv_sqrt" and r.config.train.inv_sqrt_scale == 100 for r in xiong)
     he = load_sweep("he-codeparrot").runs[0].config
     assert (he.model.n_layers, he.model.d_model, he.model.n_heads, he.model.d_ff, he.data.seq_len,
             he.train.batch_size, he.train.lr, he.train.weight_decay, he.train.warmup_steps) == (
         18, 768, 12, 3072, 128, 128, 1e-3, 0.1, 2000)
-    assert {r.config.model.n_layers for r in load_sweep("depth").runs} == {6, 12, 24}
-    for name in ("warmup", "warmup-gpu"):
-        runs = load_sweep(name).runs
-        cells = {(r.config.model.block, r.config.train.warmup_steps, r.config.train.lr) for r in runs}
-        assert len(runs) == len(cells) == 6 * 3 * 2
-        assert {b for b, _, _ in cells} == {"post-ln", "pre-ln", "parallel", "sas", "sas-p", "sas-p-nonorm"}
-        assert 0 in {w for _, w, _ in cells} and len({lr for _, _, lr in cells}) == 2
+    # depth, zoo, warmup and the SGD arms: tests/experiments/test_presets.py
 
 
 def test_seeds_repeat_every_run_and_group_them():
@@ -140,3 +133,75 @@ def test_sweep_probes_run_through_the_library_and_fail_in_one_line(tmp_path):
         run_probes(bad, tmp_path / "bad", log=lambda _: None)
     assert str(e.value).startswith("the init probes failed: --depths: '0' is not a positive integer")
     assert "\n" not in str(e.value)
+
+
+TWO = {"he": {"title": "He & Hofmann", "target_run": "pre-ln"}, "xiong": {"title": "Xiong", "target_run": "x-pre"}}
+
+
+def two_experiments(**changes) -> dict:
+    spec = {"name": "t", "experiments": TWO, "seeds": [0, 1],
+            "runs": [{"name": "pre-ln", "model.block": "pre-ln", "experiment": "he"},
+                     {"name": "sas", "model.block": "sas", "experiment": "he"},
+                     {"name": "x-pre", "model.block": "pre-ln", "train.warmup_steps": 0, "experiment": "xiong"}]}
+    return {**spec, **changes}
+
+
+def test_experiments_tag_runs_and_reach_the_report(tmp_path):
+    from blocklab.reporting import load_runs
+    from tests.reporting.fakes import write_run
+
+    s = build_sweep(two_experiments())
+    assert [(r.name, r.experiment) for r in s.runs] == [
+        ("pre-ln_s0", "he"), ("pre-ln_s1", "he"), ("sas_s0", "he"), ("sas_s1", "he"),
+        ("x-pre_s0", "xiong"), ("x-pre_s1", "xiong")]
+    assert s.experiments == {"he": {"title": "He & Hofmann", "description": "", "target_run": "pre-ln"},
+                             "xiong": {"title": "Xiong", "description": "", "target_run": "x-pre"}}
+    saved = s.to_json()  # what run_sweep writes to DIR/sweep.json, which the report reads
+    assert saved["experiments"] == s.experiments and saved["runs"][4]["experiment"] == "xiong"
+    (tmp_path / "sweep.json").write_text(json.dumps(saved))
+    for r in s.runs:
+        write_run(tmp_path / "runs" / r.name, r.config.model.block, 0.01, last_step=20, steps=20)
+    runs, sweep = load_runs(tmp_path)
+    assert [r.experiment for r in runs] == ["he"] * 4 + ["xiong"] * 2 and sweep["experiments"] == s.experiments
+    grid = build_sweep({"name": "g", "experiments": {"only": {}}, "grid": {"model.block": ["pre-ln", "sas"]},
+                        "grid_experiment": "only"})
+    assert {r.experiment for r in grid.runs} == {"only"} and grid.experiments["only"]["title"] == "only"
+    assert build_sweep({"runs": [{"name": "a"}]}).to_json()["experiments"] is None
+
+
+def test_quick_holds_two_experiments_each_with_its_reference():
+    quick = load_sweep("quick")
+    assert list(quick.experiments) == ["he", "xiong"] and quick.target_run is None
+    assert {r.group for r in quick.runs if r.experiment == "he"} == {"pre-ln", "sas", "sas-p"}
+    assert all(r.name.startswith("xiong_") == (r.experiment == "xiong") for r in quick.runs)
+    assert quick.experiments["he"]["target_run"] == "pre-ln"
+    assert quick.experiments["xiong"]["target_run"] == "xiong_pre-ln"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"experiments": {}}, "experiments must be a non-empty table"),
+    ({"experiments": ["he"]}, "experiments must be a non-empty table"),
+    ({"experiments": {**TWO, "x y": {}}}, "experiment name 'x y' is not valid"),
+    ({"experiments": {**TWO, "_x": {}}}, "experiment name '_x' is not valid"),
+    ({"experiments": {**TWO, "he": "Pre-LN"}}, "experiments.he must be a table"),
+    ({"experiments": {**TWO, "he": {"titel": "x"}}}, "unknown field 'titel' in experiments.he"),
+    ({"experiments": {**TWO, "he": {"title": 3}}}, "experiments.he.title = 3 must be a string"),
+    ({"experiments": {**TWO, "he": {"target_run": "x-pre"}}},
+     "experiments.he.target_run 'x-pre' is not a run of that experiment; its runs: pre-ln, sas"),
+    ({"experiments": {**TWO, "more": {}}}, "experiment 'more' has no runs"),
+    ({"target_run": "pre-ln"}, "target_run and \\[experiments\\] do not go together"),
+    ({"grid_experiment": "he"}, "grid_experiment = 'he' but the sweep has no \\[grid\\]"),
+    ({"grid": {"model.block": ["sas-p", "post-ln"]}},
+     "run 'sas-p, seed 0' names no experiment; give it experiment = NAME, one of he, xiong"),
+    ({"grid": {"model.block": ["sas-p", "post-ln"]}, "grid_experiment": "hee"},
+     "run 'sas-p, seed 0': experiment 'hee' is not one of the sweep's experiments: he, xiong"),
+])
+def test_bad_experiments_are_one_line_errors(changes, message):
+    with pytest.raises(UserError, match=message) as e:
+        build_sweep(two_experiments(**changes))
+    assert "\n" not in str(e.value)
+
+
+def test_an_experiment_tag_needs_an_experiments_table():
+    with pytest.raises(UserError, match="run 'a' names experiment 'he', but the sweep has no \\[experiments\\]"):
+        build_sweep({"runs": [{"name": "a", "label": "a", "experiment": "he"}]})

@@ -87,3 +87,29 @@ def make_fake_sweep(root: Path, with_sweep_json: bool = True) -> Path:
                      {"name": "post-ln", "label": "Post-LN lr=3e-3", "overrides": {"train": {"lr": 3e-3}}},
                      {"name": "sas", "label": "SAS", "overrides": {"model": {"block": "sas"}}}]}))
     return root
+
+
+def make_experiment_sweep(root: Path) -> Path:
+    """Two experiments in one sweep, as `quick` holds them, each logged every 10 of 200 steps (no smoothing).
+    "he": pre-ln, sas, sas-p at lr 3e-3, final losses 3.0 (the reference), 2.6 and 3.4: SAS reaches 3.0 at
+    step 180 (6 - 0.017 s <= 3), SAS-P never. "xiong": post-ln and pre-ln at lr 1e-3, warm-up 60 and 0, final
+    4.0, 4.4, 3.6 (the reference, xiong_pre-ln) and 2.9: Pre-LN without warm-up reaches 3.6 at step 160
+    (6 - 0.0155 s <= 3.6 from s = 155)."""
+    runs = root / "runs"
+    he = {"pre-ln": 3.0, "sas": 2.6, "sas-p": 3.4}
+    xiong = {("post-ln", 60): 4.0, ("post-ln", 0): 4.4, ("pre-ln", 60): 3.6, ("pre-ln", 0): 2.9}
+    entries = []
+    for block, final in he.items():
+        write_run(runs / block, block, (6.0 - final) / 200, last_step=200, lr=3e-3)
+        entries.append({"name": block, "label": block.upper(), "group": block, "experiment": "he", "overrides": {}})
+    for (block, warmup), final in xiong.items():
+        name = f"xiong_{block}" + ("_wu0" if warmup == 0 else "")
+        write_run(runs / name, block, (6.0 - final) / 200, last_step=200, lr=1e-3, warmup=warmup)
+        entries.append({"name": name, "label": f"{block} wu{warmup} (Xiong)", "group": name, "experiment": "xiong",
+                        "overrides": {}})
+    (root / "sweep.json").write_text(json.dumps({
+        "name": "two-experiments", "description": "Two papers in one sweep.", "runs": entries,
+        "experiments": {"he": {"title": "He & Hofmann", "description": "The simplified blocks.",
+                               "target_run": "pre-ln"},
+                        "xiong": {"title": "Xiong et al.", "description": "Warm-up.", "target_run": "xiong_pre-ln"}}}))
+    return root

@@ -31,17 +31,19 @@ def test_files_and_markdown(report):
     for rel in images:
         assert (root / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Target loss 3.5: the worst final smoothed training loss among the completed runs" in md
-    assert "No trainable gains logged for: Pre-LN, Post-LN lr=3e-3" in md
+    assert "No trainable gains logged for: Post-LN lr=3e-3, Pre-LN" in md
     assert "SAS: 1" in md  # the skipped partial line is reported
 
 
 def test_table_rows(report):
     rows = report.table_md.splitlines()[2:]
-    assert [r.split("|")[1].strip() for r in rows] == ["SAS-P", "Pre-LN", "Post-LN lr=3e-3", "SAS"]
-    assert [r.split("|")[-3].strip() for r in rows] == ["200", "170", "not reached", "110"]
+    # by family (classic, then simplified), then block in registry order, not in sweep.json's order
+    assert [r.split("|")[1].strip() for r in rows] == ["Post-LN lr=3e-3", "Pre-LN", "SAS", "SAS-P"]
+    assert [r.split("|")[3].strip() for r in rows] == ["classic", "classic", "simplified", "simplified"]
+    assert [r.split("|")[-3].strip() for r in rows] == ["not reached", "170", "110", "200"]
     assert [r.split("|")[-2].strip() for r in rows] == [
-        "completed", "completed", "diverged at step 95", "running/unknown (step 120/200)"]
-    assert "lr=0.003" in rows[2]  # the settings that differ between runs get a column
+        "diverged at step 95", "completed", "running/unknown (step 120/200)", "completed"]
+    assert "lr=0.003" in rows[0]  # the settings that differ between runs get a column
 
 
 def test_html_is_self_contained(report):

@@ -7,11 +7,11 @@ SWEEP_FORMAT = """\
 SWEEP.toml:
   name = "my-sweep"
   description = "..."
+  seeds = [0, 1]        # optional: every run once per seed; the report shows mean ± sd
   [base.model]          # any [model]/[data]/[train] option of `blocklab train`
   d_model = 128
   [base.train]
   steps = 300
-  seeds = [0, 1]        # optional: every run once per seed; the report shows mean ± sd
   [grid]                # every combination is one run
   "model.block" = ["pre-ln", "sas-p"]
   "train.lr" = [1e-3, 3e-3]
@@ -28,6 +28,9 @@ SWEEP.toml:
   epochs = 3
   steps = [200, 400]    # optional: pre-training checkpoints to start from (keep_checkpoints = 0)
   "data.max_examples" = 1000
+  # Several experiments in one sweep, each its own report section (tables, figures, target):
+  # [experiments.NAME] with title, description and target_run (then no top-level target_run);
+  # experiment = "NAME" on every [[runs]] entry, and grid_experiment = "NAME" for the [grid] runs.
 """
 
 

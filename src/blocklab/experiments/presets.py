@@ -1,7 +1,8 @@
 """Built-in sweeps. Each is the dict form of a SWEEP.toml: base run config, grid, extra runs, probes."""
 from __future__ import annotations
 
-from blocklab.experiments.warmup_presets import WARMUP, WARMUP_GPU
+from blocklab.experiments.warmup_presets import WARMUP, WARMUP_GPU, XIONG_SGD_LRS, sgd_runs
+from blocklab.experiments.zoo_presets import DEPTH, ZOO, ZOO_GPU
 from blocklab.experiments.translation_presets import XIONG_IWSLT, XIONG_IWSLT_GPU
 from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_BERT
 
@@ -21,7 +22,18 @@ QUICK = {
                    "60-step warm-up and without, in their setting (Xavier init, LayerNorm, Adam lr 1e-3, "
                    "inverse-square-root decay, 6 layers).",
     "expected_cost": "14 runs of 200 steps: about 10 minutes on 2 idle CPU cores",
-    "target_run": "pre-ln",  # steps to target: how long each block takes to match Pre-LN's final loss
+    # Two experiments, each reported on its own (its table, loss figures and steps to target): steps to
+    # target is how long each run takes to match the final loss of its experiment's target_run.
+    "experiments": {
+        "he": {"title": "He & Hofmann: the simplified blocks against Pre-LN",
+               "description": "Pre-LN, SAS and SAS-P in He & Hofmann's recipe (normal init, RMSNorm, AdamW lr 3e-3, "
+                              "5% warm-up then linear decay).",
+               "target_run": "pre-ln"},
+        "xiong": {"title": "Xiong et al.: warm-up for Post-LN and Pre-LN",
+                  "description": "Post-LN and Pre-LN with a 60-step warm-up and without, in Xiong et al.'s setting "
+                                 "(Xavier init, LayerNorm, Adam lr 1e-3, inverse-square-root decay, 6 layers).",
+                  "target_run": "xiong_pre-ln"},
+    },
     "seeds": [0, 1],
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
@@ -30,15 +42,17 @@ QUICK = {
                   "eval_every": 50, "eval_batches": 8, "checkpoint_every": 200, "stall_patience": 50},
     },
     "runs": [
-        {"name": "pre-ln", "label": "Pre-LN", "model.block": "pre-ln"},
-        {"name": "sas", "label": "SAS", "model.block": "sas"},
-        {"name": "sas-p", "label": "SAS-P", "model.block": "sas-p"},
-        {"name": "xiong_post-ln", "label": "Post-LN, warm-up 60 (Xiong)", "model.block": "post-ln", **XIONG_QUICK},
+        {"name": "pre-ln", "label": "Pre-LN", "model.block": "pre-ln", "experiment": "he"},
+        {"name": "sas", "label": "SAS", "model.block": "sas", "experiment": "he"},
+        {"name": "sas-p", "label": "SAS-P", "model.block": "sas-p", "experiment": "he"},
+        {"name": "xiong_post-ln", "label": "Post-LN, warm-up 60 (Xiong)", "model.block": "post-ln", **XIONG_QUICK,
+         "experiment": "xiong"},
         {"name": "xiong_post-ln_wu0", "label": "Post-LN, no warm-up (Xiong)", "model.block": "post-ln",
-         **XIONG_QUICK, "train.warmup_steps": 0},
-        {"name": "xiong_pre-ln", "label": "Pre-LN, warm-up 60 (Xiong)", "model.block": "pre-ln", **XIONG_QUICK},
+         **XIONG_QUICK, "train.warmup_steps": 0, "experiment": "xiong"},
+        {"name": "xiong_pre-ln", "label": "Pre-LN, warm-up 60 (Xiong)", "model.block": "pre-ln", **XIONG_QUICK,
+         "experiment": "xiong"},
         {"name": "xiong_pre-ln_wu0", "label": "Pre-LN, no warm-up (Xiong)", "model.block": "pre-ln",
-         **XIONG_QUICK, "train.warmup_steps": 0},
+         **XIONG_QUICK, "train.warmup_steps": 0, "experiment": "xiong"},
     ],
     "probes": {"blocks": "post-ln,pre-ln,sas,sas-p", "depths": "2,4,8,16", "d-model": 128, "n-heads": 4,
                "d-ff": 512, "seq-len": 128, "batch-size": 8, "vocab-size": 4096, "seeds": 2, "batches": 1},
@@ -51,10 +65,10 @@ QUICK = {
 # Post-LN without warm-up fails (issue 12's note). Xavier init and LayerNorm as in their Transformer.
 XIONG_WARMUP = {
     "name": "xiong-warmup",
-    "description": "Xiong et al. (2020) Fig. 2 at CPU scale: Post-LN vs Pre-LN, 6 layers, d=128, Adam lr 5e-4/1e-3, "
-                   "warm-up 0/12/100 of 300 steps, then inverse-square-root decay from step 100 for every run "
-                   "(without warm-up the rate starts at lr_max).",
-    "expected_cost": "12 runs of 300 steps (stalled runs end early): about 15 minutes on 2 idle CPU cores",
+    "description": "Xiong et al. (2020) Fig. 2 at CPU scale: Post-LN vs Pre-LN, 6 layers, d=128, Adam lr 5e-4/1e-3 "
+                   "and SGD lr 5e-3/1e-3 (the paper's two optimizers), warm-up 0/12/100 of 300 steps, then "
+                   "inverse-square-root decay from step 100 for every run (without warm-up the rate starts at lr_max).",
+    "expected_cost": "24 runs of 300 steps (stalled runs end early): about 30 minutes on 2 idle CPU cores",
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"d_model": 128, "n_layers": 6, "n_heads": 4, "d_ff": 512, "norm": "layernorm", "init": "xavier"},
@@ -63,6 +77,7 @@ XIONG_WARMUP = {
                   "eval_batches": 8, "checkpoint_every": 1000, "stall_patience": 50},
     },
     "grid": {"model.block": ["post-ln", "pre-ln"], "train.lr": [5e-4, 1e-3], "train.warmup_steps": [0, 12, 100]},
+    "runs": sgd_runs(["post-ln", "pre-ln"], XIONG_SGD_LRS, [0, 12, 100]),
 }
 
 # He & Hofmann's CodeParrot setting, for a GPU. Point data.source at CodeParrot text for the
@@ -85,20 +100,5 @@ HE_CODEPARROT = {
     "grid": {"model.block": ["pre-ln", "parallel", "v-skipinit", "sas", "sas-p"]},
 }
 
-# Depth scaling: do the simplified blocks keep up with Pre-LN as the model deepens?
-DEPTH = {
-    "name": "depth",
-    "description": "Depth scaling of Pre-LN, SAS and SAS-P at 6, 12 and 24 layers (d=128) on the stdlib corpus.",
-    "expected_cost": "9 runs of 300 steps: about 45 minutes on 2 CPU cores",
-    "target_run": "pre-ln_L6",
-    "base": {
-        "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
-        "model": {"d_model": 128, "n_heads": 4, "d_ff": 512},
-        "train": {"steps": 300, "batch_size": 16, "lr": 2e-3, "log_every": 5, "eval_every": 50,
-                  "checkpoint_every": 100},
-    },
-    "grid": {"model.block": ["pre-ln", "sas", "sas-p"], "model.n_layers": [6, 12, 24]},
-}
-
-PRESETS = {p["name"]: p for p in (QUICK, XIONG_WARMUP, HE_CODEPARROT, DEPTH, WARMUP, WARMUP_GPU,
+PRESETS = {p["name"]: p for p in (QUICK, XIONG_WARMUP, HE_CODEPARROT, DEPTH, ZOO, ZOO_GPU, WARMUP, WARMUP_GPU,
                                    XIONG_IWSLT, XIONG_IWSLT_GPU, HE_BERT, HE_BERT_GPU, XIONG_BERT)}

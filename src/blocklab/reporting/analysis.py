@@ -62,7 +62,8 @@ def choose_target(runs: list[Run], target_loss: float | None = None, reference: 
     if target_loss is not None:
         return Target(float(target_loss), "given",
                       f"Target loss {target_loss:.4g} (given with --target-loss).")
-    refs = [r for r in runs if reference is not None and reference in (r.name, r.label, r.group)]
+    # the reference names a seed group (sweep.json), or a run by its name, label or folder
+    refs = [r for r in runs if reference is not None and reference in (r.name, r.label, r.group, r.path.name)]
     finals = [final_smoothed_loss(r) for r in refs if r.status == "completed"]
     finals = [v for v in finals if v is not None and math.isfinite(v)]
     if refs and len(finals) == len(refs):  # the mean over the reference's seeds
@@ -143,6 +144,7 @@ def run_row(run: Run, target: Target) -> dict:
         "run": run.name,
         "label": run.label,
         "block": run.block,
+        "family": run.family,
         "params": _num(s.get("n_params")) or (estimate_parameters(run) if run.exists else None),
         "tokens_per_s": tps,
         "final_loss": final_smoothed_loss(run) if run.rows else _num(s.get("final_loss")),
@@ -153,22 +155,6 @@ def run_row(run: Run, target: Target) -> dict:
         "status_text": status_text(run),
         "steps": run.last_step if run.exists else None,
     }
-
-
-def varying_settings(runs: list[Run]) -> dict[str, str]:
-    """{run name: 'lr=0.001 warmup_steps=500'} over the config keys that differ between runs (block aside)."""
-    flat = {}
-    for r in runs:
-        if r.exists:
-            flat[r.name] = {(sec, k): v for sec, vals in r.config.items() if isinstance(vals, dict)
-                            for k, v in vals.items()}
-    if len(flat) < 2:
-        return {}
-    keys = sorted({k for f in flat.values() for k in f})
-    fixed = {("model", "block")} | ({("train", "seed")} if any(r.seed is not None for r in runs) else set())
-    varying = [k for k in keys if k not in fixed and len({repr(f.get(k)) for f in flat.values()}) > 1]
-    short = {k: k[1] if sum(1 for j in varying if j[1] == k[1]) == 1 else f"{k[0]}.{k[1]}" for k in varying}
-    return {name: " ".join(f"{short[k]}={f[k]}" for k in varying if k in f) for name, f in flat.items()}
 
 
 def fmt_params(n) -> str:
@@ -199,7 +185,8 @@ COLUMNS = [("label", "run"), ("block", "block"), ("params", "parameters"), ("tok
 def format_row(row: dict) -> dict[str, str]:
     reached = row["steps_to_target"]
     return {
-        "label": row["label"], "block": row["block"], "params": fmt_params(row["params"]),
+        "label": row["label"], "block": row["block"], "family": row.get("family", ""),
+        "params": fmt_params(row["params"]),
         "tokens_per_s": fmt_rate(row["tokens_per_s"]), "final_loss": fmt_loss(row["final_loss"]),
         "final_eval_loss": fmt_loss(row["final_eval_loss"]), "best_eval_loss": fmt_loss(row["best_eval_loss"]),
         "steps_to_target": str(reached) if reached is not None else "not reached",
@@ -207,10 +194,24 @@ def format_row(row: dict) -> dict[str, str]:
     }
 
 
+TEXT_COLUMNS = ("label", "block", "family", "settings", "status_text")
+
+
+def families(rows: list[dict]) -> list[str]:
+    """The blocks' families the rows hold, in order of appearance."""
+    return list(dict.fromkeys(r.get("family", "") for r in rows))
+
+
 def table_columns(rows: list[dict], base=None) -> list[tuple[str, str]]:
+    """`base` (COLUMNS), with a family column when the rows hold blocks of several families and a settings
+    column when any row has settings (those that differ between its table's runs)."""
     cols = list(base or COLUMNS)
+    at = 2
+    if len(families(rows)) > 1:
+        cols.insert(at, ("family", "family"))
+        at += 1
     if any(r.get("settings") for r in rows):
-        cols.insert(2, ("settings", "settings"))
+        cols.insert(at, ("settings", "settings"))
     return cols
 
 
@@ -222,7 +223,7 @@ def markdown_table(rows: list[dict], base=None, formatter=format_row) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
     lines = ["| " + " | ".join(h for _, h in cols) + " |",
-             "|" + "|".join("---" if k in ("label", "block", "settings", "status_text") else "---:" for k, _ in cols) + "|"]
+             "|" + "|".join("---" if k in TEXT_COLUMNS else "---:" for k, _ in cols) + "|"]
     for row in rows:
         f = formatter(row)
         lines.append("| " + " | ".join(cell(f[k]) for k, _ in cols) + " |")

@@ -29,10 +29,12 @@ def simplified(block: str) -> bool:
 
 
 def _context(group, ignore=IGNORED) -> tuple:
-    """The settings a group shares with the groups it is compared with (everything but `ignore`)."""
-    cfg = group.runs[0].config
-    return tuple(sorted((s, k, repr(v)) for s, vals in cfg.items() if isinstance(vals, dict)
-                        for k, v in vals.items() if (s, k) not in ignore))
+    """The settings a group shares with the groups it is compared with (everything but `ignore`), and its
+    experiment: a comparison never crosses two experiments of a sweep (He & Hofmann's Pre-LN is not the
+    reference of Xiong et al.'s runs), even where their settings happen to match."""
+    run = group.runs[0]
+    return (run.experiment,) + tuple(sorted((s, k, repr(v)) for s, vals in run.config.items() if isinstance(vals, dict)
+                                            for k, v in vals.items() if (s, k) not in ignore))
 
 
 def _lr(group) -> str:

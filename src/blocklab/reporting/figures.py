@@ -1,8 +1,9 @@
 """The report's PNG figures: losses against steps and wall-clock time, evaluation loss, gains, init probes.
 
 Matplotlib's object API on the Agg canvas (no pyplot, no global backend change). Every block
-has one colour in every figure (its BlockSpec's `colour`); runs of the same block differ by line style
-and shade.
+has one colour in every figure (its BlockSpec's `colour`) and each family its own line style, so a dozen
+curves stay apart; runs of the same block differ by line style and shade. Legends list the runs by family,
+then block (runs.family_order).
 """
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from blocklab.reporting.analysis import Target, smoothed_loss
-from blocklab.reporting.runs import Run
+from blocklab.reporting.runs import Run, family_order
 
 _SPARE = ["#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
 _STYLES = ["-", "--", "-.", ":"]
+# A family's line style: its blocks' first run draws with it. Keys are registry.FAMILIES; a family
+# added there without a style here draws solid.
+FAMILY_STYLES = {"classic": "-", "simplified": "--", "successor": "-.", "ablation": ":"}
 DPI = 100
 
 PROBE_CAPTIONS = {  # name in blocklab.probes.plots.FIGURES -> (title, caption)
@@ -33,20 +37,35 @@ PROBE_CAPTIONS = {  # name in blocklab.probes.plots.FIGURES -> (title, caption)
     "cosine_similarity": ("Token cosine similarity per layer",
                           "Mean pairwise cosine similarity of token representations per layer (rank collapse: "
                           "skipless softmax attention tends to 1, shaped attention does not)."),
+    "model_update": ("Model update against depth",
+                     "How far one first Adam step (lr 1e-3) moves the logits, against depth (DeepNet Fig. 3 and "
+                     "Theorem 4.1: Post-LN's update grows with depth, DeepNorm's stays bounded; its bound dashed)."),
 }
 
 
 def block_colour(block: str) -> str:
-    """The block's colour (its BlockSpec's); a name the registry does not know gets a spare one."""
+    """The block's colour (its BlockSpec's); a name the registry does not know gets a spare one that no
+    registered block uses."""
     from blocklab.blocks import REGISTRY
 
     if block in REGISTRY:
         return REGISTRY[block].colour
-    return _SPARE[sum(map(ord, block)) % len(_SPARE)]
+    taken = {s.colour.lower() for s in REGISTRY.values()}
+    spare = [c for c in _SPARE if c.lower() not in taken] or _SPARE
+    return spare[sum(map(ord, block)) % len(spare)]
+
+
+def family_style(block: str) -> str:
+    """The line style of the block's family (solid for a block the registry does not know)."""
+    from blocklab.blocks import REGISTRY
+
+    spec = REGISTRY.get(block)
+    return FAMILY_STYLES.get(spec.family, "-") if spec else "-"
 
 
 def run_styles(runs: list[Run]) -> dict[str, tuple]:
-    """{run name: (colour, linestyle)}: the block's colour; the k-th run of a block gets its own style/shade."""
+    """{run name: (colour, linestyle)}: the block's colour and its family's style; the k-th run of a block
+    (another warm-up, learning rate, ...) steps k styles on from the family's, then changes shade."""
     from matplotlib.colors import to_rgb
 
     seen: dict[str, int] = {}
@@ -59,7 +78,8 @@ def run_styles(runs: list[Run]) -> dict[str, tuple]:
         if shade:  # alternate darker / lighter after every four line styles
             f = min(0.6, 0.25 * ((shade + 1) // 2))
             rgb = rgb * (1 - f) if shade % 2 else rgb + (1 - rgb) * f
-        out[r.name] = (tuple(rgb), _STYLES[k % len(_STYLES)])
+        first = _STYLES.index(family_style(r.block))
+        out[r.name] = (tuple(rgb), _STYLES[(first + k) % len(_STYLES)])
     return out
 
 
@@ -125,6 +145,7 @@ def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path
     group (against steps): each seed thin, their mean bold, the band between the lowest and highest."""
     from blocklab.reporting.groups import mean_curve
 
+    runs = family_order(runs)
     curves = [(r, *smoothed_loss(r, x)) for r in runs if r.rows]
     curves = [c for c in curves if len(c[1])]
     if not curves:
@@ -182,6 +203,7 @@ def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path
 def plot_eval_series(ax, runs: list[Run], key: str) -> int:
     """Each run's `key` (an evaluation metric) against steps, markers at the evaluations; the seeds of
     a group share colour, style and one legend entry. Returns the number of groups drawn."""
+    runs = family_order(runs)
     styles = group_styles(runs)
     labelled = set()
     for r in runs:

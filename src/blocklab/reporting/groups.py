@@ -61,7 +61,7 @@ def status_summary(rows: list[dict]) -> str:
 
 
 def group_row(g: Group) -> dict:
-    row = {"group": g.name, "label": g.label, "block": g.block, "n": len(g.runs),
+    row = {"group": g.name, "label": g.label, "block": g.block, "family": g.runs[0].family, "n": len(g.runs),
            "params": g.rows[0]["params"], "settings": g.rows[0].get("settings", ""),
            "status_text": status_summary(g.rows), "statuses": [r["status"] for r in g.rows]}
     for key in NUMERIC:
@@ -90,7 +90,8 @@ def format_group_row(row: dict) -> dict[str, str]:
         steps_text = _pm(steps, row["steps_to_target_sd"], lambda x: f"{x:.0f}")
         if reached < row["n"]:
             steps_text += f" ({reached} of {row['n']} reached)"
-    return {"label": row["label"], "block": row["block"], "n": str(row["n"]), "params": fmt_params(row["params"]),
+    return {"label": row["label"], "block": row["block"], "family": row.get("family", ""), "n": str(row["n"]),
+            "params": fmt_params(row["params"]),
             "tokens_per_s": _pm(row["tokens_per_s"], row["tokens_per_s_sd"], fmt_rate),
             "final_loss": _pm(row["final_loss"], row["final_loss_sd"], fmt_loss),
             "final_eval_loss": _pm(row["final_eval_loss"], row["final_eval_loss_sd"], fmt_loss),

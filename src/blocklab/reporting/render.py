@@ -1,12 +1,18 @@
-"""Render a Report as one self-contained HTML page (inline CSS, PNGs as base64 data URIs) and as Markdown."""
+"""Render a Report as one self-contained HTML page (inline CSS, PNGs as base64 data URIs) and as Markdown.
+
+The page: the settings every run shares, once; then each part (reporting/parts.py) with its tables and
+figures, under its experiment's heading when the sweep names experiments; then the sections about the
+whole sweep (init probes, gains, downstream). Tables list runs by family, then block.
+"""
 from __future__ import annotations
 
 import base64
 import html
 from pathlib import Path
 
-from blocklab.reporting.analysis import format_row, table_columns
+from blocklab.reporting.analysis import families, format_row, table_columns
 from blocklab.reporting.groups import format_group_row, group_columns
+from blocklab.reporting.settings import settings_lines
 
 CSS = """
 :root { --fg: #1d2430; --muted: #5b6472; --line: #d9dee5; --bg-alt: #f6f8fa; }
@@ -14,6 +20,7 @@ body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica N
        color: var(--fg); max-width: 1180px; margin: 2rem auto; padding: 0 1.2rem; }
 h1 { font-size: 1.7rem; margin-bottom: .2rem; }
 h2 { font-size: 1.25rem; margin-top: 2.2rem; border-bottom: 1px solid var(--line); padding-bottom: .2rem; }
+h3 { font-size: 1.05rem; margin-top: 1.6rem; }
 p.description { font-size: 1.05rem; color: var(--muted); margin-top: 0; }
 dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: .15rem 1rem; font-size: .9rem; }
 dl.meta dt { color: var(--muted); } dl.meta dd { margin: 0; }
@@ -23,6 +30,9 @@ th { background: var(--bg-alt); text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.block { white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fbfcfd; }
+tr.family-start td { border-top: 2px solid #9aa3ad; }
+table.settings th { width: 5rem; } table.settings td { font-size: .82rem; }
+p.target { font-size: .88rem; color: var(--muted); }
 tr.status-diverged td.status, tr.status-stalled td.status, tr.status-mixed td.status { color: #b3261e; font-weight: 600; }
 tr.status-running-unknown td.status, tr.status-interrupted td.status, tr.status-not-started td.status { color: #8a5a00; }
 span.swatch { display: inline-block; width: .8em; height: .8em; border-radius: 2px; margin-right: .35em;
@@ -46,14 +56,15 @@ def data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
 
 
-def _table_html(report, grouped: bool = False) -> str:
-    """The runs table, or with `grouped` the seed groups' mean ± sd."""
+def _table_html(rows: list[dict], grouped: bool = False, suffix: str = "") -> str:
+    """A runs table, or with `grouped` the seed groups' mean ± sd; a thicker line where a family begins."""
     from blocklab.reporting.figures import block_colour
 
-    rows = report.group_rows if grouped else report.rows
     cols = group_columns(rows) if grouped else table_columns(rows)
+    several = len(families(rows)) > 1
     head = "".join(f"<th>{_e(h)}</th>" for _, h in cols)
     body = []
+    previous = None
     for row in rows:
         f = format_group_row(row) if grouped else format_row(row)
         cells = []
@@ -65,10 +76,20 @@ def _table_html(report, grouped: bool = False) -> str:
             cells.append(f'<td class="{cls}">{text}</td>')
         status = (row["statuses"][0] if len(set(row["statuses"])) == 1 else "mixed") if grouped else row["status"]
         status = status.replace("/", "-").replace(" ", "-")
+        family = row.get("family", "")
+        start = " family-start" if several and previous is not None and family != previous else ""
+        previous = family
         key = "group" if grouped else "run"
-        body.append(f'<tr class="status-{_e(status)}" data-{key}="{_e(row[key])}">{"".join(cells)}</tr>')
-    return (f'<table id="{"groups" if grouped else "runs"}"><thead><tr>{head}</tr></thead>\n<tbody>\n'
+        body.append(f'<tr class="status-{_e(status)}{start}" data-{key}="{_e(row[key])}" '
+                    f'data-family="{_e(family)}">{"".join(cells)}</tr>')
+    table_id = ("groups" if grouped else "runs") + suffix
+    return (f'<table id="{_e(table_id)}"><thead><tr>{head}</tr></thead>\n<tbody>\n'
             + "\n".join(body) + "\n</tbody></table>")
+
+
+def _settings_html(shared: dict, usual: dict | None = None) -> str:
+    rows = "".join(f"<tr><th>{_e(sec)}</th><td>{_e(text)}</td></tr>" for sec, text in settings_lines(shared, usual))
+    return f'<table class="settings"><tbody>{rows}</tbody></table>'
 
 
 def _figure_html(fig) -> str:
@@ -87,6 +108,34 @@ def _configs_html(report) -> str:
     return "\n".join(parts)
 
 
+def _sections_html(sections, h: str) -> list[str]:
+    out = []
+    for s in sections:
+        out.append(f'<{h} id="{_e(s.id)}">{_e(s.title)}</{h}>')
+        out.extend(f"<p>{_e(p)}</p>" for p in s.paragraphs)
+        out.extend(_figure_html(f) for f in s.figures)
+        if s.pre:
+            out.append(f"<pre>{_e(s.pre)}</pre>")
+    return out
+
+
+def _part_html(report, part) -> list[str]:
+    """An experiment's heading, description, own settings, tables, target and figures."""
+    out = [f'<h2 id="{_e(part.name("experiment", "-"))}">{_e(part.title)}</h2>']
+    if part.description:
+        out.append(f"<p>{_e(part.description)}</p>")
+    if part.shared or part.usual:
+        out.append("<p><b>Settings of this experiment</b> (shared by its runs, beyond those above):</p>")
+        out.append(_settings_html(part.shared, part.usual))
+    if part.seeded:
+        out.append(f'<h3 id="{_e(part.name("groups-summary", "-"))}">Runs: mean ± sd over seeds</h3>')
+        out.append(_table_html(part.group_rows, grouped=True, suffix=part.name("", "-")))
+    out.append(f'<h3 id="{_e(part.name("summary", "-"))}">Runs</h3>')
+    out.append(_table_html(part.rows, suffix=part.name("", "-")))
+    out.append(f'<p class="target">{_e(part.target.note)}</p>')
+    return out + _sections_html([s for s in report.sections if s.part == part.id], "h3")
+
+
 def to_html(report) -> str:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -95,18 +144,25 @@ def to_html(report) -> str:
     if report.description:
         out.append(f'<p class="description">{_e(report.description)}</p>')
     out.append('<dl class="meta">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in report.meta) + "</dl>")
-    if report.seeded:
-        out.append('<h2 id="groups-summary">Runs: mean ± sd over seeds</h2>')
-        out.append(_table_html(report, grouped=True))
-    out.append('<h2 id="summary">Runs</h2>')
-    out.append(_table_html(report))
-    out.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
-    for s in report.sections:
-        out.append(f'<h2 id="{_e(s.id)}">{_e(s.title)}</h2>')
-        out.extend(f"<p>{_e(p)}</p>" for p in s.paragraphs)
-        out.extend(_figure_html(f) for f in s.figures)
-        if s.pre:
-            out.append(f"<pre>{_e(s.pre)}</pre>")
+    usual = None if report.experiments else report.parts[0].usual  # each experiment lists its own
+    if report.shared or usual:
+        out.append('<h2 id="settings">Settings shared by every run</h2>')
+        out.append(_settings_html(report.shared, usual))
+    notes = '<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>"
+    if report.experiments:
+        out.append(notes)
+        for part in report.parts:
+            out.extend(_part_html(report, part))
+        out.extend(_sections_html([s for s in report.sections if s.part is None], "h2"))
+    else:  # one part: the page as it was before experiments
+        part = report.parts[0]
+        if part.seeded:
+            out.append('<h2 id="groups-summary">Runs: mean ± sd over seeds</h2>')
+            out.append(_table_html(part.group_rows, grouped=True))
+        out.append('<h2 id="summary">Runs</h2>')
+        out.append(_table_html(part.rows))
+        out.append(notes)
+        out.extend(_sections_html(report.sections, "h2"))
     configs = _configs_html(report)
     if configs:
         out.append('<h2 id="configs">Run configurations</h2>')
@@ -115,17 +171,14 @@ def to_html(report) -> str:
     return "\n".join(out) + "\n"
 
 
-def to_markdown(report) -> str:
-    out = [f"# {report.title}", ""]
-    if report.description:
-        out += [report.description, ""]
-    out += [f"- **{k}**: {v}" for k, v in report.meta] + [""]
-    if report.seeded:
-        out += ["## Runs: mean ± sd over seeds", "", report.group_table_md, ""]
-    out += ["## Runs", "", report.table_md, ""]
-    out += [f"- {n}" for n in report.notes] + [""]
-    for s in report.sections:
-        out += [f"## {s.title}", ""]
+def _settings_md(shared: dict, usual: dict | None = None) -> list[str]:
+    return [f"- **{sec}**: {text}" for sec, text in settings_lines(shared, usual)] + [""]
+
+
+def _sections_md(report, sections, h: str) -> list[str]:
+    out = []
+    for s in sections:
+        out += [f"{h} {s.title}", ""]
         for p in s.paragraphs:
             out += [p, ""]
         for f in s.figures:
@@ -135,6 +188,35 @@ def to_markdown(report) -> str:
                 out += [f"*{f.caption}*", ""]
         if s.pre:
             out += ["```", s.pre, "```", ""]
+    return out
+
+
+def to_markdown(report) -> str:
+    out = [f"# {report.title}", ""]
+    if report.description:
+        out += [report.description, ""]
+    out += [f"- **{k}**: {v}" for k, v in report.meta] + [""]
+    usual = None if report.experiments else report.parts[0].usual  # each experiment lists its own
+    if report.shared or usual:
+        out += ["## Settings shared by every run", ""] + _settings_md(report.shared, usual)
+    notes = [f"- {n}" for n in report.notes] + [""]
+    if report.experiments:
+        out += notes
+        for part in report.parts:
+            out += [f"## {part.title}", ""] + ([part.description, ""] if part.description else [])
+            if part.shared or part.usual:
+                out += ["Settings of this experiment (shared by its runs, beyond those above):", ""]
+                out += _settings_md(part.shared, part.usual)
+            if part.seeded:
+                out += ["### Runs: mean ± sd over seeds", "", part.group_table_md, ""]
+            out += ["### Runs", "", part.table_md, "", part.target.note, ""]
+            out += _sections_md(report, [s for s in report.sections if s.part == part.id], "###")
+        out += _sections_md(report, [s for s in report.sections if s.part is None], "##")
+    else:  # one part: the page as it was before experiments
+        if report.seeded:
+            out += ["## Runs: mean ± sd over seeds", "", report.group_table_md, ""]
+        out += ["## Runs", "", report.table_md, ""] + notes
+        out += _sections_md(report, report.sections, "##")
     out += ["## Run folders", ""] + [f"- {r.label}: `{r.name}`" + ("" if r.exists else " (not started)")
                                      for r in report.runs]
     return "\n".join(out) + "\n"

@@ -11,35 +11,20 @@ from pathlib import Path
 from blocklab.errors import UserError
 from blocklab.reporting import figures as F
 from blocklab.atomic import write_atomic
-from blocklab.reporting.analysis import (Target, choose_target, markdown_table, run_row, smoothing_window,
-                                         varying_settings)
+from blocklab.reporting.analysis import Target, smoothing_window
 from blocklab.reporting import claims
 from blocklab.reporting import downstream
-from blocklab.reporting.bleu import bleu_sentence, bleu_table, plot_bleu
-from blocklab.reporting.groups import group_markdown_table, group_row, group_runs
-from blocklab.reporting.heatmap import plot_warmup_heatmap
+from blocklab.reporting.parts import Figure, Part, Section, build_part, loss_sections, split
 from blocklab.reporting.runs import Run, load_runs
+from blocklab.reporting.settings import shared_settings
+
+__all__ = ["Figure", "Part", "Report", "Section", "build_report", "generate_report", "write_report"]
 
 FIGURES_DIR = "figures"
-# The figures this module writes into figures/ (removed before each report, so none goes stale).
-_OWN = ("loss_vs_step.png", "loss_vs_time.png", "eval_loss.png", "warmup_heatmap.png", "gains_*.png", "probes_*.png",
-        "bleu.png", downstream.FIGURE)
-
-
-@dataclass
-class Figure:
-    path: Path
-    title: str
-    caption: str = ""
-
-
-@dataclass
-class Section:
-    id: str
-    title: str
-    paragraphs: list[str] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
-    pre: str | None = None          # a preformatted block (the probes' summary table)
+# The figures this module writes into figures/ (removed before each report, so none goes stale); an
+# experiment's loss figures carry its name (loss_vs_step_he.png).
+_OWN = ("loss_vs_step*.png", "loss_vs_time*.png", "eval_loss*.png", "warmup_heatmap*.png", "gains_*.png",
+        "probes_*.png", "bleu*.png", "grad_norms_training*.png", downstream.FIGURE)
 
 
 @dataclass
@@ -48,27 +33,53 @@ class Report:
     title: str
     description: str
     meta: list[tuple[str, str]]
-    runs: list[Run]
-    rows: list[dict]
-    target: Target
+    parts: list[Part]        # one per experiment of the sweep; one in all for a sweep without experiments
     notes: list[str]
-    sections: list[Section]
+    sections: list[Section]  # page order; a Section's `part` names the Part it belongs to
+    shared: dict = field(default_factory=dict)  # settings every run shares (settings.shared_settings)
     html_path: Path | None = None
     md_path: Path | None = None
-    group_rows: list[dict] = field(default_factory=list)  # one per seed group
+
+    @property
+    def experiments(self) -> bool:
+        """The sweep names its experiments: the page has one part per experiment, each with its heading."""
+        return any(p.id for p in self.parts)
+
+    @property
+    def runs(self) -> list[Run]:
+        return [r for p in self.parts for r in p.runs]
+
+    @property
+    def rows(self) -> list[dict]:
+        return [r for p in self.parts for r in p.rows]
+
+    @property
+    def group_rows(self) -> list[dict]:  # one per seed group
+        return [r for p in self.parts for r in p.group_rows]
+
+    @property
+    def target(self) -> Target:
+        if not self.experiments:
+            return self.parts[0].target
+        return Target(None, "per-experiment", "Each experiment has its own target loss, given under its table.")
 
     @property
     def seeded(self) -> bool:
         """True when some run was repeated over seeds: the report leads with the groups' mean and spread."""
-        return any(r["n"] > 1 for r in self.group_rows)
+        return any(p.seeded for p in self.parts)
 
     @property
     def table_md(self) -> str:
-        return markdown_table(self.rows)
+        """The runs table; with experiments one per experiment, under its title and above its target."""
+        if not self.experiments:
+            return self.parts[0].table_md
+        return "\n\n".join(f"{p.title}\n\n{p.table_md}\n\n{p.target.note}" for p in self.parts)
 
     @property
     def group_table_md(self) -> str:
-        return group_markdown_table(self.group_rows)
+        if not self.experiments:
+            return self.parts[0].group_table_md
+        return "\n\n".join(f"{p.title}\n\n{p.group_table_md}" for p in self.parts if p.seeded)
 
 
 def machine_description() -> str:
@@ -119,10 +130,13 @@ def _meta(root: Path, runs: list[Run], sweep: dict) -> list[tuple[str, str]]:
     return meta
 
 
-def _notes(runs: list[Run], target: Target) -> list[str]:
+def _notes(runs: list[Run], target: Target | None) -> list[str]:
+    """The notes under the runs table; `target`: the report's one target (None: each experiment has its own,
+    given in its part, against its own reference run)."""
     windows = sorted({smoothing_window(len(r.series("loss")[1])) for r in runs if r.rows})
     notes = [
-        target.note,
+        target.note if target else "Each experiment is reported on its own: its runs, its target loss (the final "
+        "loss of its own reference run) and its figures.",
         "Steps to target: the first logged step at which the smoothed training loss is at or below the target "
         "(\"not reached\": never, within the steps the run has logged).",
         "Training loss: each logged point is the mean loss over the steps since the previous one; curves, the "
@@ -175,53 +189,25 @@ def _probe_caption(root: Path, png: Path, caption: str) -> str:
 
 
 def build_report(root: str | Path, target_loss: float | None = None) -> Report:
-    """Read DIR, compute the table and draw every figure into DIR/figures/ (writes no page)."""
+    """Read DIR, compute the tables and draw every figure into DIR/figures/ (writes no page)."""
     if target_loss is not None and (not math.isfinite(target_loss) or target_loss <= 0):
         raise UserError(f"--target-loss {target_loss!r} is not valid; give a positive loss value")
     root = Path(root)
     runs, sweep = load_runs(root)
-    target = choose_target(runs, target_loss, reference=sweep.get("target_run"))
-    settings = varying_settings(runs)
-    rows = []
-    for r in runs:
-        row = run_row(r, target)
-        row["settings"] = settings.get(r.name, "")
-        rows.append(row)
     fig_dir = root / FIGURES_DIR
     _clean_figures(fig_dir)
+    shared = shared_settings(runs)
+    parts = [build_part(*p, target_loss, shared) for p in split(runs, sweep)]
+    sections = [s for p in parts for s in loss_sections(p, fig_dir)]
+    runs = [r for p in parts for r in p.runs]  # report order: experiment, then family and block
     existing = [r for r in runs if r.exists]
-    done = [(r, row) for r, row in zip(runs, rows) if r.exists]
-    groups = group_runs([r for r, _ in done], [row for _, row in done])
-    pairs = [(g, group_row(g)) for g in groups]
 
     def fig(path, title, caption=""):
         return [Figure(Path(path), title, caption)] if path else []
 
-    loss = Section("training-loss", "Training loss", figures=(
-        fig(F.plot_train_loss(existing, fig_dir / "loss_vs_step.png", "step", target), "Training loss against steps",
-            claims.loss_sentence(pairs))
-        + fig(F.plot_train_loss(existing, fig_dir / "loss_vs_time.png", "elapsed_s", target),
-              "Training loss against wall-clock time", claims.time_sentence(pairs))))
-    if not loss.figures:
-        loss.paragraphs.append("No training loss logged yet.")
-    ev = Section("eval-loss", "Evaluation loss",
-                 figures=fig(F.plot_eval_loss(existing, fig_dir / "eval_loss.png"), "Evaluation loss against steps",
-                             claims.loss_sentence(pairs, "final_eval_loss", "final evaluation loss")))
-    if not ev.figures:
-        ev.paragraphs.append("No evaluation loss logged yet.")
-    sections = [loss, ev]
-    bleu = plot_bleu(existing, fig_dir / "bleu.png")  # translation runs only
-    if bleu:
-        sections.append(Section("bleu", "BLEU", figures=fig(bleu, "BLEU against steps", bleu_sentence(existing)),
-                                pre=bleu_table(existing)))
     down = _downstream_section(root, existing, sweep, fig_dir)
     if down:
         sections.append(down)
-    heat = plot_warmup_heatmap(pairs, fig_dir / "warmup_heatmap.png")
-    if heat:
-        sections.append(Section("warmup-heatmap", "Warm-up and learning rate", figures=fig(
-            heat, "Final loss over warm-up x learning rate, per block", claims.heatmap_sentence(pairs))))
-
     probes = F.probe_figures(root, fig_dir)
     if probes:
         sections.append(Section(
@@ -244,9 +230,10 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     sections.append(gains)
 
     title = sweep.get("name") or (root.resolve().name if root.name in ("", ".") else root.name)
+    one = None if any(p.id for p in parts) else parts[0].target
     return Report(root=root, title=f"blocklab report: {title}", description=str(sweep.get("description") or ""),
-                  meta=_meta(root, runs, sweep), runs=runs, rows=rows, target=target,
-                  notes=_notes(runs, target), sections=sections, group_rows=[row for _, row in pairs])
+                  meta=_meta(root, runs, sweep), parts=parts, notes=_notes(runs, one), sections=sections,
+                  shared=shared)
 
 
 def _downstream_section(root: Path, runs: list[Run], sweep: dict, fig_dir: Path) -> Section | None:

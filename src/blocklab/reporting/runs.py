@@ -115,6 +115,7 @@ class Run:
     group: str = ""                 # runs that differ only in their seed share a group (sweep.json)
     group_label: str = ""
     seed: int | None = None
+    experiment: str = ""            # the sweep's experiment this run belongs to (sweep.json); "" when none
 
     def __post_init__(self):
         self.group = self.group or self.name
@@ -126,6 +127,14 @@ class Run:
     @property
     def block(self) -> str:
         return (self.summary or {}).get("block") or self.cfg("model", "block") or "?"
+
+    @property
+    def family(self) -> str:
+        """The block's family (its BlockSpec's: classic, simplified, successor, ablation); "" when unknown."""
+        from blocklab.blocks import REGISTRY
+
+        spec = REGISTRY.get(self.block)
+        return spec.family if spec else ""
 
     @property
     def status(self) -> str:
@@ -178,7 +187,7 @@ def _sweep_entries(sweep: dict) -> list[tuple[list[str], str | None, dict]]:
         elif isinstance(item, dict):
             keys = [str(item[k]) for k in ("dir", "path", "out", "run_dir", "name", "id") if item.get(k)]
             label = item.get("label") or item.get("name")
-            group = {k: item[k] for k in ("group", "group_label", "seed") if item.get(k) is not None}
+            group = {k: item[k] for k in ("group", "group_label", "seed", "experiment") if item.get(k) is not None}
             if keys:
                 out.append((keys, str(label) if label else None, group))
     return out
@@ -225,6 +234,22 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
     runs.extend(load_run(d, rel[d]) for d in dirs if d not in used)
     _dedupe_labels(runs)
     return runs, sweep
+
+
+def family_order(runs: list[Run]) -> list[Run]:
+    """The runs by family (registry.FAMILIES order), then block (registry order); otherwise as given, so the
+    runs of one block keep the sweep's order. Blocks the registry does not know come last."""
+    from blocklab.blocks import REGISTRY
+    from blocklab.registry import FAMILIES
+
+    blocks = list(REGISTRY)
+
+    def key(r: Run):
+        if r.block not in REGISTRY:
+            return (len(FAMILIES), len(blocks))
+        return (FAMILIES.index(REGISTRY[r.block].family), blocks.index(r.block))
+
+    return sorted(runs, key=key)
 
 
 def _dedupe_labels(runs: list[Run]) -> None:
