@@ -97,7 +97,7 @@ class ModelConfig:
         spec = REGISTRY[self.block]
         for option, used in (("dyt", self.norm == "dyt"), ("qk_norm", self.qk_norm is True)):
             if used and option not in spec.options:
-                value = f"norm='dyt'" if option == "dyt" else "qk_norm=True"
+                value = "norm='dyt'" if option == "dyt" else "qk_norm=True"
                 raise ValueError(f"{value} does not apply to block {self.block!r}; it applies to: "
                                  f"{', '.join(b for b, s in REGISTRY.items() if option in s.options)}")
         if self.dropout and not spec.dropout:

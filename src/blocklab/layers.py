@@ -78,6 +78,18 @@ class Dropout(nn.Dropout):
         return super().forward(x) if self.p > 0 and self.training else x
 
 
+class Scale(nn.Module):
+    """A trainable vector stored at `scaling` and used as stored * value / scaling (nGPT Sec. 2.5)."""
+
+    def __init__(self, n: int, value: float, scaling: float):
+        super().__init__()
+        self.s = gain(scaling, n)
+        self.factor = value / scaling
+
+    def forward(self) -> torch.Tensor:
+        return self.s * self.factor
+
+
 def gain(value: float, *shape: int) -> nn.Parameter:
     """A trainable gain (alpha, beta, gamma, beta_FF, ...); 1-D or scalar, so it gets no weight decay."""
     return nn.Parameter(torch.full(shape, float(value)))

@@ -17,7 +17,7 @@ from tests.blocks.test_successors import assert_learns, code_ids
 from tests.helpers import assert_cached_decoding_matches, assert_causal, randomize, small_cfg
 
 NORMS = (RMSNorm, nn.LayerNorm)
-DYT_BLOCKS = tuple(b for b in BLOCKS if b != "ngpt")
+DYT_BLOCKS = tuple(b for b in BLOCKS if b not in ("ngpt", "rezero"))  # the two without a norm layer
 QK_BLOCKS = tuple(b for b in BLOCKS if "qk_norm" in REGISTRY[b].options)
 TRANSLATION = tuple(b for b in BLOCKS if "translation" in REGISTRY[b].tasks)
 
@@ -29,7 +29,7 @@ def paths(model, kinds, skip_qk=True):
 # ------------------------------------------------------------------------------------------- norm="dyt"
 
 
-def test_dyt_and_qk_norm_apply_to_every_block_but_ngpt():
+def test_dyt_and_qk_norm_apply_to_every_block_with_norms_and_softmax():
     assert {b for b in BLOCKS if "dyt" in REGISTRY[b].options} == set(DYT_BLOCKS)
     assert {"pre-ln", "post-ln", "parallel", "sas", "sas-p", "deepnorm", "peri-ln", "mix-ln", "lns",
             "rezero"} <= set(QK_BLOCKS)
@@ -224,13 +224,14 @@ def test_qk_norm_cached_decoding_equals_the_full_forward():
 def test_qk_norm_is_refused_where_it_does_not_apply():
     with pytest.raises(ValueError, match="qk_norm=True.*'ngpt'"):
         small_cfg("ngpt", qk_norm=True)
-    with pytest.raises(ValueError, match="norm='dyt'.*'ngpt'"):
-        small_cfg("ngpt", norm="dyt")
+    for block in ("ngpt", "rezero"):  # no norm layer for DyT to replace: refused, not silently ignored
+        with pytest.raises(ValueError, match=f"norm='dyt'.*'{block}'"):
+            small_cfg(block, norm="dyt")
 
 
 # ------------------------------------------------------------- causality and padding with the options on
 
-OPTION_CASES = [(b, dict(norm="dyt")) for b in ("pre-ln", "sas-p", "deepnorm", "peri-ln", "op", "rezero")]
+OPTION_CASES = [(b, dict(norm="dyt")) for b in ("pre-ln", "sas-p", "deepnorm", "peri-ln", "op", "mix-ln")]
 OPTION_CASES += [(b, dict(qk_norm=True)) for b in ("pre-ln", "sas-p", "deepnorm", "peri-ln", "mix-ln")]
 OPTION_CASES += [("pre-ln", dict(norm="dyt", qk_norm=True)), ("sas", dict(norm="dyt", qk_norm=True))]
 IDS = [f"{b}-{'-'.join(k if v is True else str(v) for k, v in kw.items())}" for b, kw in OPTION_CASES]

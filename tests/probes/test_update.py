@@ -49,3 +49,23 @@ def test_deepnorm_carries_the_bounded_reference_and_grows_slower_than_post_ln(tm
     # DeepNet's Fig. 3 at this size: Post-LN's update grows with depth, DeepNorm's far less
     assert upd["post-ln"]["slope"] > upd["deepnorm"]["slope"] + 0.15
     assert plot_model_update(result, tmp_path / "u.png") and (tmp_path / "u.png").stat().st_size > 0
+
+
+def test_model_update_keeps_mode_and_random_state_and_follows_ngpt_back_to_the_sphere():
+    model = _model("pre-ln", dropout=0.1).train()
+    ids, labels = random_batches(64, 16, 4)(0)
+    model.eval()
+    out = model(ids, labels=labels)
+    model.train()
+    out.loss.backward()
+    rng = torch.get_rng_state()
+    first = model_update(model, ids, None, out.logits.detach())
+    assert model.training and torch.equal(torch.get_rng_state(), rng)
+    assert first == model_update(model, ids, None, out.logits.detach())  # no dropout noise in the measure
+    ngpt = _model("ngpt")
+    out = ngpt(ids, labels=labels)
+    out.loss.backward()
+    before = {n: p.detach().clone() for n, p in ngpt.named_parameters()}
+    assert model_update(ngpt, ids, None, out.logits.detach()) > 0
+    for n, p in ngpt.named_parameters():
+        assert torch.equal(p, before[n]), n

@@ -32,22 +32,10 @@ import torch.nn.functional as F
 
 from blocklab.attention.functional import merge_heads, softmax_attention, split_heads
 from blocklab.config import ModelConfig
-from blocklab.layers import gain, l2_normalise
+from blocklab.layers import Scale, l2_normalise
 from blocklab.registry import Predictions, register
 
 ALPHA_INIT = 0.05  # alpha_A, alpha_M (the code's attn_alpha_init_value, mlp_alpha_init_value)
-
-
-class Scale(nn.Module):
-    """A trainable vector stored at `scaling` and used as stored * value / scaling (nGPT Sec. 2.5)."""
-
-    def __init__(self, n: int, value: float, scaling: float):
-        super().__init__()
-        self.s = gain(scaling, n)
-        self.factor = value / scaling
-
-    def forward(self) -> torch.Tensor:
-        return self.s * self.factor
 
 
 def _normalise_rows(*linears: nn.Linear, dim: int) -> None:

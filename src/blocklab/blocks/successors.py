@@ -21,7 +21,7 @@ from blocklab.registry import Predictions, register
 
 
 @register("rezero", label="ReZero", family="successor", colour="#aec7e8", final_norm=False, has_norms=False,
-          dropout=True,
+          dropout=True, options=("qk_norm",),
           predictions=Predictions(hidden_norm="identity", hidden_norm_source="ReZero: every block is the identity "
                                                                                "at init (a = 0)"))
 class ReZero(nn.Module):
@@ -94,7 +94,8 @@ class OP(nn.Module):
     attention input only (its skip carries the raw embedding) and the final norm (`qk_norm=True` is
     then what it always is). op.yaml leaves the
     gains frozen with `trainable_*_block_gains` as a commented-out option; SPEC section 2b asks for
-    trainable gains, so they train here (no weight decay, as every gain)."""
+    trainable gains, so they train here (no weight decay, as every gain). Both norms are the config's
+    kind (RMSNorm by default); the authors' GPT-2 uses LayerNorm (`--model.norm layernorm`)."""
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()

@@ -33,7 +33,7 @@ ZOO = {
                    "d=128, 4 layers, T=128, batch 16, 200 steps on the stdlib corpus; He & Hofmann's recipe "
                    "(AdamW lr 3e-3, wd 0.1, 10-step warm-up then linear decay, clip 1) for every block but nGPT "
                    "(its paper's: no weight decay, no warm-up).",
-    "expected_cost": "34 runs of 200 steps at d=128: about 30 minutes on 2 idle CPU cores",
+    "expected_cost": f"{2 * len(zoo_runs())} runs of 200 steps at d=128: about 60 minutes on 2 CPU cores",
     "target_run": "pre-ln",
     "seeds": [0, 1],
     "base": {
@@ -52,7 +52,7 @@ ZOO_GPU = {
     "description": "The zoo at GPU size: every block, 12 layers, d=768, 12 heads, MLP 3072, T=128, batch 128, "
                    "5000 steps, bf16, compiled, two seeds; He & Hofmann's recipe (AdamW lr 1e-3, wd 0.1, 5% warm-up, "
                    "linear decay) for every block but nGPT (no weight decay, no warm-up).",
-    "expected_cost": "34 runs of 5000 steps x 16k tokens (82M tokens each): about 8 GPU-hours on one H100 "
+    "expected_cost": f"{2 * len(zoo_runs())} runs of 5000 steps x 16k tokens (82M tokens each): about 8 GPU-hours on one H100 "
                      "(an estimate from the FLOP count, not a measurement)",
     "target_run": "pre-ln",
     "seeds": [0, 1],
@@ -67,22 +67,25 @@ ZOO_GPU = {
 }
 
 # Depth: the blocks that claim to train deep stacks (DeepNorm, Mix-LN, LNS, ReZero, SAS-P) against
-# Post-LN and Pre-LN, at 6 to 48 thin layers (d=64), the shared recipe and two seeds.
+# Post-LN and Pre-LN, at 6 to 48 thin layers (d=64), the shared recipe and two seeds. A first try at
+# vocabulary 4096 and 200 steps of 512 tokens left every block at the unigram loss beyond 6 layers
+# (Pre-LN included): too short a budget to tell blocks apart. A 1,024-token vocabulary shortens the
+# unigram plateau and cheapens the head, so the budget goes to the layers.
 DEPTH_BLOCKS = ["post-ln", "pre-ln", "deepnorm", "mix-ln", "lns", "sas-p", "rezero"]
 DEPTH = {
     "name": "depth",
     "description": "Depth scaling: Post-LN, Pre-LN, DeepNorm, Mix-LN, LNS, SAS-P and ReZero at 6, 12, 24 and 48 "
-                   "layers of d=64 (T=64, batch 16, 200 steps, two seeds) on the stdlib corpus; He & Hofmann's "
-                   "recipe (AdamW lr 3e-3, wd 0.1, 10-step warm-up then linear decay, clip 1): which train, which "
-                   "stall, which diverge, and the loss they reach.",
-    "expected_cost": "56 runs of 200 steps at d=64: about 25 minutes on 2 idle CPU cores",
+                   "layers of d=64 (vocabulary 1024, T=64, batch 16, 300 steps, two seeds) on the stdlib corpus; "
+                   "He & Hofmann's recipe (AdamW lr 3e-3, wd 0.1, 15-step warm-up then linear decay, clip 1): which "
+                   "train, which stall, which diverge, and the loss they reach.",
+    "expected_cost": "56 runs of 300 steps at d=64 (stalled runs end early): about 75 minutes on 2 CPU cores",
     "target_run": "pre-ln_L6",
     "seeds": [0, 1],
     "base": {
-        "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 64},
+        "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
         "model": {"d_model": 64, "n_heads": 4, "d_ff": 256},
-        "train": {"steps": 200, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.1, "warmup_steps": 10,
-                  "log_every": 5, "eval_every": 100, "eval_batches": 4, "checkpoint_every": 200},
+        "train": {"steps": 300, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.1, "warmup_steps": 15,
+                  "log_every": 5, "eval_every": 100, "eval_batches": 4, "checkpoint_every": 300},
     },
     "grid": {"model.block": DEPTH_BLOCKS, "model.n_layers": [6, 12, 24, 48]},
 }

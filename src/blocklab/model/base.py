@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from blocklab.blocks import REGISTRY
 from blocklab.config import ModelConfig
-from blocklab.layers import norm_layer
+from blocklab.layers import Scale, norm_layer
 from blocklab.model.loss import chunked_cross_entropy
 
 
@@ -64,6 +64,11 @@ def padding_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     return mask.bool()
 
 
+# The parameters of a language model's output head only (an untied head; nGPT's logit scale): a
+# fine-tuned classifier has none of them (training/pretrained.py leaves them out of the encoder).
+LM_HEAD_PARAMS = ("head.", "s_z.")
+
+
 class TokenModel(nn.Module):
     """Base of both models. A subclass builds, in this order (the order the modules are made in is the
     order `init_weights` draws their values in): `embeddings(cfg, *positions)`, its blocks and norms,
@@ -91,7 +96,7 @@ class TokenModel(nn.Module):
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         # nGPT (blocks/ngpt.py): logits = s_z * (h W^T), s_z stored at 1/sqrt(d) and used times sqrt(d).
         if self.sphere:
-            self.s_z = nn.Parameter(torch.full((cfg.vocab_size,), cfg.d_model ** -0.5))
+            self.s_z = Scale(cfg.vocab_size, 1.0, cfg.d_model ** -0.5)
 
     def token_embedding(self, ids: torch.Tensor, positions: str, start: int = 0) -> torch.Tensor:
         """tok(ids) * embed_scale + the positions start .. start + T - 1 of the table `positions`."""
@@ -122,21 +127,29 @@ class TokenModel(nn.Module):
 
     @torch.no_grad()
     def after_optimizer_step(self) -> None:
-        """Called by the trainer after every optimizer step: each module with a `renormalise()` (nGPT's
-        blocks and embeddings, which live on the unit sphere) puts its weights back."""
+        """Called by the trainer after every optimizer step (and by init_weights): nGPT's matrices and
+        embeddings, which live on the unit sphere, are put back there (each module's `renormalise()`).
+        Nothing to do for any other block."""
+        if not getattr(self, "sphere", False):
+            return
         for m in self.modules():
             if m is not self and hasattr(m, "renormalise"):
                 m.renormalise()
-        if getattr(self, "sphere", False):
-            for emb in (self.tok, getattr(self, "head", None)):
-                if emb is not None:
-                    emb.weight.copy_(F.normalize(emb.weight, dim=1))
+        for emb in (self.tok, getattr(self, "head", None)):
+            if emb is not None:
+                emb.weight.copy_(F.normalize(emb.weight, dim=1))
+
+    @property
+    def head_matrix(self) -> torch.Tensor:
+        """The output projection's weights as stored: the untied head's, or the token embedding."""
+        return self.head.weight if getattr(self, "head", None) is not None else self.tok.weight
 
     @property
     def head_weight(self) -> torch.Tensor:
-        w = self.head.weight if self.head is not None else self.tok.weight
+        """What the logits are computed with: head_matrix, times nGPT's s_z per row."""
+        w = self.head_matrix
         if getattr(self, "sphere", False):
-            w = w * (self.s_z * self.cfg.d_model ** 0.5)[:, None]
+            w = w * self.s_z()[:, None]
         return w
 
     @staticmethod
@@ -152,8 +165,9 @@ class TokenModel(nn.Module):
                         return_logits: bool = True, label_smoothing: float = 0.0):
         """Logits of the final hidden states x over the head, and the loss of `labels` (model/loss.py:
         never the fp32 (B, T, V) logits)."""
-        logits = x @ self.head_weight.t() if return_logits else None
+        w = self.head_weight
+        logits = x @ w.t() if return_logits else None
         loss = None
         if labels is not None:
-            loss = chunked_cross_entropy(x, self.head_weight, labels, loss_reduction, label_smoothing)
+            loss = chunked_cross_entropy(x, w, labels, loss_reduction, label_smoothing)
         return logits, loss

@@ -6,8 +6,11 @@ Keys (`l` is the block index, `h` the head):
     L{l}.beta_ff     L{l}.beta_sa                       block-level scalars
     L{l}.alpha_v     L{l}.beta_v     L{l}.beta_v_over_alpha_v   shaped-vp's W^V = alpha_V I + beta_V dW
     L{l}.alpha_p     L{l}.beta_p     L{l}.beta_p_over_alpha_p   shaped-vp's W^P
+    L{l}.alpha       ReZero's a
+    L{l}.alpha_a     L{l}.alpha_m    L{l}.s_qk    L{l}.s_uv     nGPT's scalings, mean over the vector as used
+    L{l}.dyt_a{i}    the alpha of the block's i-th DyT (norm="dyt")
 
-The model is read through `named_parameters()` only: any model whose blocks sit in a
+The model is read through `named_parameters()` and `named_modules()`: any model whose blocks sit in a
 `ModuleList` called `blocks` and use blocklab's parameter names works.
 """
 from __future__ import annotations
@@ -17,6 +20,8 @@ import re
 from collections import defaultdict
 
 import torch.nn as nn
+
+from blocklab.layers import DyT, Scale
 
 GAIN_NAMES = ("alpha", "beta", "gamma", "beta_ff", "beta_sa")
 _BLOCK = re.compile(r"(?:^|\.)blocks\.(\d+)\.(.+)$")
@@ -58,11 +63,32 @@ def gain_values(model: nn.Module) -> dict[str, float]:
         else:
             for h, v in enumerate(values):
                 out[f"L{layer}.{kind}.h{h}"] = v
+    out.update(_module_gains(model))
     for layer in sorted({k[0] for k in found}):
         for s in ("v", "p"):
             a, b = out.get(f"L{layer}.alpha_{s}"), out.get(f"L{layer}.beta_{s}")
             if a is not None and b is not None:
                 out[f"L{layer}.beta_{s}_over_alpha_{s}"] = b / a if a != 0 else math.nan
+    return out
+
+
+def _module_gains(model: nn.Module) -> dict[str, float]:
+    """Gains that live in modules rather than as named scalars: nGPT's stored scalings (blocks/ngpt.py),
+    as the mean over the vector of what the block uses (|alpha| for the eigen learning rates), and each
+    DyT's alpha (layers.DyT, `dyt_a{i}` for the i-th DyT of the block)."""
+    out: dict[str, float] = {}
+    dyt: dict[int, int] = defaultdict(int)
+    for name, m in model.named_modules():
+        hit = _BLOCK.search(name)
+        if hit is None:
+            continue
+        layer, kind = int(hit.group(1)), hit.group(2).split(".")[-1]
+        if isinstance(m, Scale):
+            used = m().detach().float()
+            out[f"L{layer}.{kind}"] = (used.abs() if kind.startswith("alpha") else used).mean().item()
+        elif isinstance(m, DyT):
+            out[f"L{layer}.dyt_a{dyt[layer]}"] = m.a.detach().float().item()
+            dyt[layer] += 1
     return out
 
 

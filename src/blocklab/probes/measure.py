@@ -85,14 +85,22 @@ UPDATE_LR = 1e-3
 @torch.no_grad()
 def model_update(model: nn.Module, input_ids, attention_mask, logits: torch.Tensor, lr: float = UPDATE_LR) -> float:
     """RMS over tokens and vocabulary of the logits' change after one first Adam step of `lr` (the gradients
-    must be in .grad); the parameters are put back exactly."""
-    saved = {p: p.detach().clone() for p in model.parameters() if p.grad is not None}
+    must be in .grad), followed as in training by the model's after_optimizer_step (nGPT's return to the
+    sphere). The parameters, the mode and the random state are put back exactly; `logits` must come from
+    a forward without dropout (the probes build models with none)."""
+    saved = {p: p.detach().clone() for p in model.parameters()}
     for p in saved:
-        p.sub_(lr * p.grad.sign())
+        if p.grad is not None:
+            p.sub_(lr * p.grad.sign())
+    if hasattr(model, "after_optimizer_step"):
+        model.after_optimizer_step()
+    was_training = model.training
     try:
-        moved = model(input_ids, attention_mask=attention_mask).logits
+        with torch.random.fork_rng(devices=[]):
+            moved = model.eval()(input_ids, attention_mask=attention_mask).logits
         return (moved.float() - logits.float()).pow(2).mean().sqrt().item()
     finally:
+        model.train(was_training)
         for p, v in saved.items():
             p.copy_(v)
 

@@ -99,8 +99,8 @@ def hidden_norm_constants(cfg) -> dict:
         x0 += 0.5 if cfg.positions == "sinusoidal" else 0.0  # |sinusoid|^2 = d/2
     else:
         x0 = 1.0 + (1.0 / d if cfg.positions == "learned" else 0.5)
-    if REGISTRY[cfg.block].sphere:  # nGPT: unit token rows, plus the position table's own term
-        x0 += 1.0 / d - (0.02 ** 2 if cfg.init == "normal" else 1.0)
+    if REGISTRY[cfg.block].sphere:  # nGPT: unit token rows (times embed_scale, sqrt(d) under xavier)
+        x0 += (1.0 / d - 0.02 ** 2) if cfg.init == "normal" else 0.0
     v1, v2 = weight_variance(cfg.init, d, f), weight_variance(cfg.init, f, d)
     # |W1 y|^2 = f d v1; ReLU keeps half in expectation (GELU: about 0.43; ReLU is the papers' case).
     act = 0.5 if cfg.activation == "relu" else 0.425

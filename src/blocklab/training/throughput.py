@@ -33,7 +33,7 @@ def flops_per_token(model: nn.Module, seq_len: int, attn_layers: int | None = No
     L = `attn_layers`, the attention products per position (the task says: Task.attention_layers),
     by default the model's `n_layers`."""
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
-    head = getattr(model, "head_weight", None)
+    head = getattr(model, "head_matrix", None)
     if head is not None and not any(m.weight is head for m in model.modules() if isinstance(m, nn.Linear)):
         linear += head.numel()  # a tied head is the embedding matrix, not an nn.Linear
     cfg = model.cfg
