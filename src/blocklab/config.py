@@ -16,6 +16,14 @@ POSITIONS = ("learned", "sinusoidal")
 POOLINGS = ("first", "mean")
 
 
+def model_choices() -> dict[str, tuple[str, ...]]:
+    """The valid values of every ModelConfig field that takes one of a list (for --help); blocks as
+    registered when called."""
+    return {"block": tuple(b for b, s in REGISTRY.items() if s.public), "task": TASKS, "norm": NORMS,
+            "activation": ACTIVATIONS, "init": INITS, "attn_impl": ATTN_IMPLS, "positions": POSITIONS,
+            "pooling": POOLINGS}
+
+
 def reject_unknown(cls):
     """Unknown keyword -> ValueError naming it, its value and the valid options (a dataclass raises TypeError)."""
     init, names = cls.__init__, [f.name for f in fields(cls)]

@@ -55,3 +55,12 @@ def test_train_config_defaults():
     assert TrainConfig(steps=100, warmup_steps=0).warmup_steps == 0
     assert parse_overrides(["--train.compile", "false"]) == {"train": {"compile": False}}
     assert isinstance(RunConfig().train, TrainConfig)
+
+
+def test_train_help_lists_the_choices_of_each_option():
+    from blocklab.training.config import describe_options
+
+    text = {line.split()[0]: line for line in describe_options().splitlines() if line.strip().startswith("--")}
+    assert "ngpt" in text["--model.block"] and "deepnorm" in text["--model.block"]
+    assert text["--model.norm"].endswith("one of: rmsnorm, layernorm, dyt")
+    assert "sgd" in text["--train.optimizer"] and "one of" not in text["--model.d_model"]

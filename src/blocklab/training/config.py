@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from blocklab.overrides import parse_overrides as parse_tokens
-from blocklab.config import ModelConfig
+from blocklab.config import ModelConfig, model_choices
 from blocklab.validate import choice, positive
 from blocklab.data import DataConfig
 from blocklab.errors import UserError
@@ -226,11 +226,17 @@ def to_toml(cfg: RunConfig) -> str:
 
 
 def describe_options() -> str:
-    """Every option with its default, for `blocklab train --help`."""
+    """Every option with its default (and its choices where it has a list), for `blocklab train --help`."""
+    choices = {("model", k): v for k, v in model_choices().items()}
+    choices.update({("train", "optimizer"): OPTIMIZERS, ("train", "schedule"): SCHEDULES,
+                    ("train", "precision"): PRECISIONS})
     out = []
     for section, cls_ in SECTIONS.items():
         default = cls_() if section != "model" else ModelConfig()
         out.append(f"  {section}.*")
         for f in fields(cls_):
-            out.append(f"    --{section}.{f.name:<20} default: {getattr(default, f.name)!r}")
+            line = f"    --{section}.{f.name:<20} default: {getattr(default, f.name)!r}"
+            if (section, f.name) in choices:
+                line += f"; one of: {', '.join(choices[(section, f.name)])}"
+            out.append(line)
     return "\n".join(out)
