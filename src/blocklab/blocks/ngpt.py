@@ -19,8 +19,10 @@ projections by columns), as the code's `normalize_matrices`. blocklab has no RoP
 learned (or sinusoidal) positions are added to the unit token embedding and the first block's Norm(h)
 puts the sum on the sphere (nGPT applies RoPE to q and k instead). The MLP's hidden width is d_ff for
 each of u and v (the code's 4d each), so the block has d*d_ff more weights than Pre-LN at the same d_ff.
-The head is tied to the embedding when the config says so (nGPT unties it; `tie_embeddings=false` for
-the paper's). No weight decay and no warm-up are the paper's recipe: the zoo preset sets them.
+The sqrt(d) multiplies v only, as the paper's eq. 21 (the code multiplies u too, a constant the Norm
+after the MLP removes). The head is tied to the embedding when the config says so (nGPT unties it:
+`tie_embeddings=false` for the paper's). No weight decay and no warm-up are the paper's recipe: the
+zoo preset sets them.
 """
 from __future__ import annotations
 
