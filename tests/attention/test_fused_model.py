@@ -21,9 +21,9 @@ from tests.helpers import randomize, small_cfg
 SHAPED_BLOCKS = ["sas", "sas-p", "sas-p-nonorm", "v-skipinit", "shaped-vp"]
 
 
-def _model(block, task, impl, device, dtype=torch.float32):
+def _model(block, task, impl, device, dtype=torch.float32, **kw):
     torch.manual_seed(1)
-    return randomize(build_model(small_cfg(block, task, attn_impl=impl)), seed=3, scale=0.1).to(device, dtype)
+    return randomize(build_model(small_cfg(block, task, attn_impl=impl, **kw)), seed=3, scale=0.1).to(device, dtype)
 
 
 def _lm_batch(task, device):
@@ -38,15 +38,17 @@ def _lm_batch(task, device):
     return ids.to(device), labels.to(device), (mask.to(device) if mask is not None else None)
 
 
+@pytest.mark.parametrize("qk_norm", [False, True])
 @pytest.mark.parametrize("block", SHAPED_BLOCKS)
 @pytest.mark.parametrize("task", ["clm", "mlm"])
-def test_models_fused_equal_float64_materialized(device, block, task):
+def test_models_fused_equal_float64_materialized(device, block, task, qk_norm):
     """Whole models on random (not init) parameters: logits, loss and every parameter gradient of the
-    fp32 fused model against the same model in float64 on the materialised path."""
+    fp32 fused model against the same model in float64 on the materialised path (and with QK-norm,
+    which normalises the queries and keys the kernel is given)."""
     ids, labels, mask = _lm_batch(task, device)
     results = []
     for impl, dtype in (("fused", torch.float32), ("materialized", torch.float64)):
-        model = _model(block, task, impl, device, dtype)
+        model = _model(block, task, impl, device, dtype, qk_norm=qk_norm)
         out = model(ids, attention_mask=mask, labels=labels)
         out.loss.backward()
         results.append((out.logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
