@@ -10,8 +10,9 @@ from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_
 # (install included) ends within 15 minutes on 2 CPU cores. The settings come from a documented
 # search (issue 12's closing note): in He & Hofmann's recipe (normal init, RMSNorm, AdamW, clipping)
 # Post-LN stays at the unigram loss with or without warm-up at every rate tried, so Xiong et al.'s
-# warm-up claim is shown in their own setting (Xavier init, LayerNorm, Adam without clipping,
+# warm-up claim is tested in their own setting (Xavier init, LayerNorm, Adam without clipping,
 # inverse-square-root schedule, 6 layers), and the simplified blocks against Pre-LN in He & Hofmann's.
+# (Issue 19's demo: there Post-LN trained without warm-up too, eval 4.05 +- 0.01 against 4.14 +- 0.03.)
 XIONG_QUICK = {"model.n_layers": 6, "model.init": "xavier", "model.norm": "layernorm", "train.optimizer": "adam",
                "train.schedule": "inv_sqrt", "train.inv_sqrt_scale": 60, "train.warmup_steps": 60,
                "train.lr": 1e-3, "train.weight_decay": 0.0, "train.grad_clip": 0.0}
@@ -62,7 +63,9 @@ QUICK = {
 # then inverse-square-root decay. At CPU scale: 300 steps, warm-up 0/12/100 (their 1:8 ratio), one
 # decay time scale (100) for every run so that runs differ in their warm-up only, and "no warm-up"
 # starts at lr_max (training/optim.py). Six layers at d=128 is the smallest model tried in which
-# Post-LN without warm-up fails (issue 12's note). Xavier init and LayerNorm as in their Transformer.
+# Post-LN without warm-up failed (issue 12's note); issue 19's run of this preset (seed 0) saw it
+# train at both Adam rates. Xavier init and LayerNorm as in their Transformer. The SGD arm uses the
+# paper's SGD rates, which move a model this size barely off its initial loss in 300 steps.
 XIONG_WARMUP = {
     "name": "xiong-warmup",
     "description": "Xiong et al. (2020) Fig. 2 at CPU scale: Post-LN vs Pre-LN, 6 layers, d=128, Adam lr 5e-4/1e-3 "
