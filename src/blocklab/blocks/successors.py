@@ -92,10 +92,10 @@ class OP(nn.Module):
     As the authors' `op.yaml`: the gains start at 0.2 ("O(1/sqrt(depth))"; `beta_ff`, `beta_sa` change
     them), RMSNorm with a learned gain on each head's queries and keys, a norm on the first block's
     attention input only (its skip carries the raw embedding) and the final norm (`qk_norm=True` is
-    then what it always is). op.yaml leaves the
-    gains frozen with `trainable_*_block_gains` as a commented-out option; SPEC section 2b asks for
-    trainable gains, so they train here (no weight decay, as every gain). Both norms are the config's
-    kind (RMSNorm by default); the authors' GPT-2 uses LayerNorm (`--model.norm layernorm`)."""
+    then what it always is). op.yaml leaves the gains frozen, with `trainable_*_block_gains` as a
+    commented-out option; SPEC section 2b asks for trainable gains, so they train here (no weight
+    decay, as every gain). Both norms are the config's kind (RMSNorm by default); the authors' GPT-2
+    uses LayerNorm (`--model.norm layernorm`)."""
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
