@@ -22,7 +22,7 @@ class DyT(nn.Module):
     """Dynamic Tanh, DyT(x) = g * tanh(a x) + b (Zhu et al. 2025, arXiv 2503.10622, eq. 1): one trainable
     scalar a (init `alpha`, the paper's alpha_0 = 0.5), g ones and b zeros of width d, as in the authors' code."""
 
-    def __init__(self, d: int, alpha: float = 0.5):
+    def __init__(self, d: int, alpha: float):
         super().__init__()
         self.a = nn.Parameter(torch.tensor(float(alpha)))
         self.weight = nn.Parameter(torch.ones(d))
@@ -32,7 +32,7 @@ class DyT(nn.Module):
         return torch.addcmul(self.bias, self.weight, torch.tanh(self.a * x))
 
 
-def make_norm(kind: str, d: int, eps: float, dyt_alpha: float = 0.5) -> nn.Module:
+def make_norm(kind: str, d: int, eps: float, dyt_alpha: float) -> nn.Module:
     """The one place that maps the config's `norm` to a module."""
     if kind == "rmsnorm":
         return RMSNorm(d, eps)

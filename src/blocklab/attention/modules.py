@@ -54,8 +54,10 @@ class QKNorm(nn.Module):
         self.q, self.k = RMSNorm(d_head, eps), RMSNorm(d_head, eps)
 
 
-def qk_norm(cfg: ModelConfig) -> QKNorm | None:
-    return QKNorm(cfg.d_head, cfg.norm_eps) if cfg.qk_norm else None
+def make_qk_norm(cfg: ModelConfig, always: bool = False) -> QKNorm | None:
+    """The attention's QKNorm where the config asks for one, or `always` (a block whose paper always
+    normalises queries and keys: op); else None."""
+    return QKNorm(cfg.d_head, cfg.norm_eps) if cfg.qk_norm or always else None
 
 
 class KVCache:
@@ -85,7 +87,7 @@ class MultiHeadAttention(nn.Module):
     self-attention and a bidirectional cross-attention in a bidirectional-encoder model.
     """
 
-    def __init__(self, cfg: ModelConfig, causal: bool | None = None, qk_norm: bool | None = None):
+    def __init__(self, cfg: ModelConfig, causal: bool | None = None, qk_norm: bool = False):
         super().__init__()
         d = cfg.d_model
         self.cfg = cfg
@@ -94,8 +96,7 @@ class MultiHeadAttention(nn.Module):
         # init="xavier" (fairseq's MultiheadAttention): the query, key and value projections at gain 1/sqrt(2).
         for lin in (self.q, self.k, self.v):
             lin.xavier_gain = 2 ** -0.5
-        # `qk_norm`: None follows the config; a block whose paper always normalises them (op) says True.
-        self.qk_norm = QKNorm(cfg.d_head, cfg.norm_eps) if (cfg.qk_norm if qk_norm is None else qk_norm) else None
+        self.qk_norm = make_qk_norm(cfg, always=qk_norm)  # qk_norm=True: the block always has it (op)
 
     @property
     def impl(self) -> str:
@@ -168,7 +169,7 @@ class ShapedAttention(nn.Module):
         self.alpha, self.beta = gain(alpha, H), gain(beta, H)
         self.gamma = gain(gamma, H) if gamma is not None else None
         self.value, self.proj = value, proj
-        self.qk_norm = qk_norm(cfg)
+        self.qk_norm = make_qk_norm(cfg)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         H = self.cfg.n_heads

@@ -27,44 +27,35 @@ def zoo_runs() -> list[dict]:
     return runs + [dict(r) for r in OPTION_RUNS]
 
 
-ZOO = {
-    "name": "zoo",
-    "description": "Every block of SPEC sections 2 and 2b (and DyT, QK-norm) on one causal-LM budget, two seeds: "
-                   "d=128, 4 layers, T=128, batch 16, 200 steps on the stdlib corpus; He & Hofmann's recipe "
-                   "(AdamW lr 3e-3, wd 0.1, 10-step warm-up then linear decay, clip 1) for every block but nGPT "
-                   "(its paper's: no weight decay, no warm-up).",
-    "expected_cost": f"{2 * len(zoo_runs())} runs of 200 steps at d=128: about 60 minutes on 2 CPU cores",
-    "target_run": "pre-ln",
-    "seeds": [0, 1],
-    "base": {
-        "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
-        "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
-        "train": {"steps": 200, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.1, "warmup_steps": 10,
-                  "log_every": 5, "eval_every": 50, "eval_batches": 8, "checkpoint_every": 200,
-                  "stall_patience": 50},
-    },
-    "runs": zoo_runs(),
-}
+def zoo(name: str, description: str, cost: str, base: dict) -> dict:
+    """A zoo preset: every run of zoo_runs() over two seeds on `base`, steps to Pre-LN's loss."""
+    runs = zoo_runs()
+    return {"name": name, "description": description, "expected_cost": f"{2 * len(runs)} runs of {cost}",
+            "target_run": "pre-ln", "seeds": [0, 1], "base": base, "runs": runs}
+
+
+ZOO = zoo("zoo", "Every block of SPEC sections 2 and 2b (and DyT, QK-norm) on one causal-LM budget, two seeds: "
+                 "d=128, 4 layers, T=128, batch 16, 200 steps on the stdlib corpus; He & Hofmann's recipe "
+                 "(AdamW lr 3e-3, wd 0.1, 10-step warm-up then linear decay, clip 1) for every block but nGPT "
+                 "(its paper's: no weight decay, no warm-up).",
+          "200 steps at d=128: about 60 minutes on 2 CPU cores (measured: 41 minutes beside another sweep)", {
+              "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
+              "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
+              "train": {"steps": 200, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.1, "warmup_steps": 10,
+                        "log_every": 5, "eval_every": 50, "eval_batches": 8, "checkpoint_every": 200,
+                        "stall_patience": 50}})
 
 # GPU: He & Hofmann's depth and width at 12 layers (d=768) on the whole Python environment.
-ZOO_GPU = {
-    "name": "zoo-gpu",
-    "description": "The zoo at GPU size: every block, 12 layers, d=768, 12 heads, MLP 3072, T=128, batch 128, "
-                   "5000 steps, bf16, compiled, two seeds; He & Hofmann's recipe (AdamW lr 1e-3, wd 0.1, 5% warm-up, "
-                   "linear decay) for every block but nGPT (no weight decay, no warm-up).",
-    "expected_cost": f"{2 * len(zoo_runs())} runs of 5000 steps x 16k tokens (82M tokens each): about 8 GPU-hours on one H100 "
-                     "(an estimate from the FLOP count, not a measurement)",
-    "target_run": "pre-ln",
-    "seeds": [0, 1],
-    "base": {
-        "data": {"source": "python", "vocab_size": 16384, "seq_len": 128},
-        "model": {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072},
-        "train": {"steps": 5000, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.1, "warmup_steps": 250,
-                  "precision": "bf16", "compile": True, "log_every": 25, "eval_every": 500,
-                  "checkpoint_every": 1000, "stall_patience": 300},
-    },
-    "runs": zoo_runs(),
-}
+ZOO_GPU = zoo("zoo-gpu", "The zoo at GPU size: every block, 12 layers, d=768, 12 heads, MLP 3072, T=128, batch "
+                         "128, 5000 steps, bf16, compiled, two seeds; He & Hofmann's recipe (AdamW lr 1e-3, wd 0.1, "
+                         "5% warm-up, linear decay) for every block but nGPT (no weight decay, no warm-up).",
+              "5000 steps x 16k tokens (82M tokens each): about 8 GPU-hours on one H100 (an estimate from the "
+              "FLOP count, not a measurement)", {
+                  "data": {"source": "python", "vocab_size": 16384, "seq_len": 128},
+                  "model": {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072},
+                  "train": {"steps": 5000, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.1, "warmup_steps": 250,
+                            "precision": "bf16", "compile": True, "log_every": 25, "eval_every": 500,
+                            "checkpoint_every": 1000, "stall_patience": 300}})
 
 # Depth: the blocks that claim to train deep stacks (DeepNorm, Mix-LN, LNS, ReZero, SAS-P) against
 # Post-LN and Pre-LN, at 6 to 48 thin layers (d=64), the shared recipe and two seeds. A first try at
@@ -78,7 +69,8 @@ DEPTH = {
                    "layers of d=64 (vocabulary 1024, T=64, batch 16, 300 steps, two seeds) on the stdlib corpus; "
                    "He & Hofmann's recipe (AdamW lr 3e-3, wd 0.1, 15-step warm-up then linear decay, clip 1): which "
                    "train, which stall, which diverge, and the loss they reach.",
-    "expected_cost": "56 runs of 300 steps at d=64 (stalled runs end early): about 75 minutes on 2 CPU cores",
+    "expected_cost": "56 runs of 300 steps at d=64 (stalled runs end early): about 35 minutes on 2 CPU cores "
+                     "(measured: 32 minutes beside another sweep)",
     "target_run": "pre-ln_L6",
     "seeds": [0, 1],
     "base": {
