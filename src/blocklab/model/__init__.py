@@ -1,8 +1,8 @@
 from blocklab.model.base import init_weights, sinusoidal
 from blocklab.model.build import build_model
 from blocklab.model.model import ModelOutput, TransformerLM
-from blocklab.model.params import count_parameters, no_weight_decay, param_groups
+from blocklab.model.params import count_parameters, gathered, no_weight_decay, param_groups
 from blocklab.model.seq2seq import Seq2Seq, Seq2SeqOutput
 
 __all__ = ["ModelOutput", "Seq2Seq", "Seq2SeqOutput", "TransformerLM", "build_model", "init_weights", "sinusoidal",
-           "count_parameters", "no_weight_decay", "param_groups"]
+           "count_parameters", "gathered", "no_weight_decay", "param_groups"]

@@ -1,7 +1,9 @@
 """Which parameters get weight decay: matrices do; gains, norms and biases (all < 2-D) do not."""
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
+from torch.distributed.tensor import DTensor
 
 
 def no_weight_decay(param: nn.Parameter) -> bool:
@@ -21,3 +23,9 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def count_parameters(model: nn.Module) -> int:
     """Unique parameters (a tied embedding counts once)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def gathered(t: torch.Tensor) -> torch.Tensor:
+    """The whole of a tensor that FSDP holds in shards (a DTensor), gathered from every process: a
+    collective, which each process must call; any other tensor as it is."""
+    return t.full_tensor() if isinstance(t, DTensor) else t

@@ -22,6 +22,7 @@ from collections import defaultdict
 import torch.nn as nn
 
 from blocklab.layers import DyT, Scale
+from blocklab.model import gathered
 
 GAIN_NAMES = ("alpha", "beta", "gamma", "beta_ff", "beta_sa")
 _BLOCK = re.compile(r"(?:^|\.)blocks\.(\d+)\.(.+)$")
@@ -54,7 +55,7 @@ def gain_values(model: nn.Module) -> dict[str, float]:
         kind = _gain_kind(m.group(2))
         if kind is None or p.numel() == 0:
             continue
-        found[(int(m.group(1)), kind)] = p.detach().float().flatten().cpu().tolist()
+        found[(int(m.group(1)), kind)] = gathered(p.detach()).float().flatten().cpu().tolist()
     out: dict[str, float] = {}
     for layer, kind in sorted(found, key=lambda k: (k[0], _order(k[1]))):
         values = found[(layer, kind)]
@@ -84,10 +85,10 @@ def _module_gains(model: nn.Module) -> dict[str, float]:
             continue
         layer, kind = int(hit.group(1)), hit.group(2).split(".")[-1]
         if isinstance(m, Scale):
-            used = m().detach().float()
+            used = gathered(m().detach()).float()
             out[f"L{layer}.{kind}"] = (used.abs() if kind.startswith("alpha") else used).mean().item()
         elif isinstance(m, DyT):
-            out[f"L{layer}.dyt_a{dyt[layer]}"] = m.a.detach().float().item()
+            out[f"L{layer}.dyt_a{dyt[layer]}"] = gathered(m.a.detach()).float().item()
             dyt[layer] += 1
     return out
 

@@ -17,6 +17,7 @@ import re
 import torch
 import torch.nn as nn
 
+from blocklab.model import gathered
 from blocklab.probes.measure import block_linears, weight_role
 
 _DECODER = re.compile(r"(?:^|\.)decoder_blocks\.(\d+)\.(.+)$")
@@ -51,5 +52,6 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     if not grads:
         return {}
     # One kernel per (device, dtype) group, accumulated in fp32 whatever the gradients' dtype.
-    norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
-    return dict(zip(keys, torch.stack(norms).tolist()))
+    # Under FSDP each process holds its shards' norms: the global ones are gathered (every process calls).
+    norms = gathered(torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32)))
+    return dict(zip(keys, norms.tolist()))

@@ -2,26 +2,34 @@
 
 Each checkpoint is written into a temporary folder, synced, renamed to `step-N`, and only
 then does the `latest` pointer move (itself replaced atomically). A kill at any moment
-leaves `latest` naming a complete checkpoint.
+leaves `latest` naming a complete checkpoint. Two formats share that folder discipline and the
+manifest: whole checkpoints (model.safetensors, optimizer.safetensors) written by one process,
+and the sharded checkpoints of FSDP runs (a torch.distributed.checkpoint folder, training/sharded.py).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed.checkpoint as dcp
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from blocklab.atomic import write_atomic
 from blocklab.errors import UserError
 
 LATEST = "latest"
+DCP_DIR = "dcp"  # a sharded checkpoint's torch.distributed.checkpoint folder
 
 
 def _sha256(path: Path) -> str:
@@ -58,11 +66,8 @@ def rng_state() -> dict:
 
 def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     extra: dict, keep: int = 2) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:08d}"
-    tmp = root / f".tmp-step-{step:08d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    """A whole (unsharded) checkpoint, written by one process (training/sharded.py writes FSDP runs')."""
+    tmp = begin(root, step)
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
     opt = optimizer.state_dict()
     tensors, scalars = _optimizer_tensors(opt)
@@ -71,12 +76,28 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizer: to
     meta = {"step": step, "param_groups": opt["param_groups"], "optimizer_scalars": scalars,
             "rng": rng_state(), "extra": extra}
     (tmp / "state.json").write_text(json.dumps(meta))
+    return finish(root, tmp, step, keep)
+
+
+def begin(root: Path, step: int, pid: int | None = None) -> Path:
+    """A fresh temporary folder for the checkpoint of `step` (named after the writing process: `pid`)."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-step-{step:08d}-{pid or os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def finish(root: Path, tmp: Path, step: int, keep: int) -> Path:
+    """Make the complete folder `tmp` the checkpoint of `step`: every file synced and listed with its
+    sha256 in the manifest, the folder renamed, and only then the `latest` pointer moved."""
     files = {}
-    for name in ("model.safetensors", "optimizer.safetensors", "state.json"):
-        _fsync(tmp / name)
-        files[name] = _sha256(tmp / name)
+    for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        _fsync(path)
+        files[path.relative_to(tmp).as_posix()] = _sha256(path)
     (tmp / "manifest.json").write_text(json.dumps(files))
     _fsync(tmp / "manifest.json")
+    final = root / f"step-{step:08d}"
     shutil.rmtree(final, ignore_errors=True)
     os.rename(tmp, final)
     write_atomic(root / LATEST, final.name)
@@ -106,9 +127,10 @@ def checkpoint_steps(root: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in root.glob("step-*") if p.is_dir() and (p / "manifest.json").is_file())
 
 
-def load_checkpoint(root: Path, step: int | None = None) -> dict:
-    """The latest checkpoint (or that of `step`) as {'step', 'model', 'optimizer', 'extra', ...};
-    UserError if missing or damaged."""
+def open_checkpoint(root: Path, step: int | None = None) -> dict:
+    """The latest checkpoint (or that of `step`), verified against its manifest, without its weights:
+    {'step', 'path', 'format' ('safetensors' or 'dcp'), 'extra', 'rng', 'torch_rng', 'meta'}; UserError
+    if missing or damaged."""
     pointer = root / LATEST
     if not pointer.is_file():
         raise UserError(f"no checkpoint to resume from in {root}")
@@ -118,18 +140,40 @@ def load_checkpoint(root: Path, step: int | None = None) -> dict:
         if not ckpt.is_dir():
             have = ", ".join(map(str, checkpoint_steps(root))) or "none"
             raise UserError(f"{root} has no checkpoint of step {step}; it has: {have}")
-    try:
+    with _readable(ckpt):
         manifest = json.loads((ckpt / "manifest.json").read_text())
         for name, digest in manifest.items():
             if _sha256(ckpt / name) != digest:
                 raise UserError(f"checkpoint {ckpt} is corrupted: {name} does not match its checksum")
         meta = json.loads((ckpt / "state.json").read_text())
-        model_state = load_file(ckpt / "model.safetensors")
-        tensors = load_file(ckpt / "optimizer.safetensors")
+        fmt = meta.get("format", "safetensors")
+        rng = load_file(ckpt / ("optimizer.safetensors" if fmt == "safetensors" else "rng.safetensors"))["rng.torch"]
+    return {"step": meta["step"], "path": ckpt, "format": fmt, "extra": meta["extra"], "rng": meta["rng"],
+            "torch_rng": rng, "meta": meta}
+
+
+@contextlib.contextmanager
+def _readable(ckpt: Path):
+    """Reading a checkpoint's files: what the disk or the formats raise becomes one clear line."""
+    try:
+        yield
     except UserError:
         raise
-    except (OSError, ValueError, SafetensorError) as e:
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError, CheckpointException) as e:
         raise UserError(f"checkpoint {ckpt} is unreadable or truncated: {type(e).__name__}: {e}") from None
+
+
+def load_checkpoint(root: Path, step: int | None = None) -> dict:
+    """open_checkpoint's fields and the whole model state ('model'), in one process whatever wrote it;
+    also the optimizer's ('optimizer') for the whole format. Sharded (DCP) checkpoints are restored into
+    a training run by training/sharded.py instead."""
+    ckpt = open_checkpoint(root, step)
+    path, meta = ckpt["path"], ckpt["meta"]
+    with _readable(path):
+        if ckpt["format"] == "dcp":
+            return {**ckpt, "model": _dcp_model_state(path, meta.get("scalar_params", []))}
+        model_state = load_file(path / "model.safetensors")
+        tensors = load_file(path / "optimizer.safetensors")
     state: dict = {}
     for key, value in tensors.items():
         if key.startswith("state."):
@@ -138,9 +182,28 @@ def load_checkpoint(root: Path, step: int | None = None) -> dict:
     for key, value in meta["optimizer_scalars"].items():
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = value
-    return {"step": meta["step"], "model": model_state, "path": ckpt, "extra": meta["extra"],
-            "optimizer": {"state": state, "param_groups": meta["param_groups"]},
-            "rng": meta["rng"], "torch_rng": tensors["rng.torch"]}
+    return {**ckpt, "model": model_state, "optimizer": {"state": state, "param_groups": meta["param_groups"]}}
+
+
+def _dcp_model_state(path: Path, scalars: list[str]) -> dict:
+    """A sharded checkpoint's model as one state dict, read by this process alone: the shapes and
+    dtypes come from the checkpoint's metadata, so no model (and no process group) is needed. The
+    `scalars`, stored as 1-element vectors (FSDP shards no 0-dim tensor), get their shape back."""
+    reader = dcp.FileSystemReader(path / DCP_DIR)
+    state = {key[len("model."):]: torch.empty(m.size, dtype=m.properties.dtype)
+             for key, m in reader.read_metadata().state_dict_metadata.items()
+             if key.startswith("model.") and isinstance(m, TensorStorageMetadata)}
+    with single_process():
+        dcp.load({"model": state}, storage_reader=reader, no_dist=True)
+    return {k: v.reshape(()) if k in scalars else v for k, v in state.items()}
+
+
+@contextlib.contextmanager
+def single_process():
+    """DCP without a process group: deliberate here, so not worth its warning on every load."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def restore_rng(ckpt: dict) -> None:

@@ -22,6 +22,7 @@ else:  # pragma: no cover
 OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("constant", "linear", "cosine", "inv_sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
+PARALLELS = ("ddp", "fsdp")
 
 
 @dataclass
@@ -59,15 +60,30 @@ class TrainConfig:
     # latest), with a fresh head; its tokenizer too (training/finetune.py). None: from scratch.
     init_from: str | None = None
     init_step: int | None = None
+    # Scale-out (SPEC section 6; training/parallel.py). Under torchrun: ddp replicates the model, fsdp
+    # shards parameters, gradients and optimizer state over the processes (FSDP2) and checkpoints through
+    # torch.distributed.checkpoint. grad_accum splits each process's share of the batch into that many
+    # micro-batches (same losses, less memory); activation_checkpointing recomputes each block's
+    # activations in the backward pass instead of keeping them.
+    parallel: str = "ddp"
+    grad_accum: int = 1
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "log_every", "eval_every", "eval_batches", "checkpoint_every"):
+        for name in ("steps", "batch_size", "log_every", "eval_every", "eval_batches", "checkpoint_every", "grad_accum"):
             positive(f"train.{name}", getattr(self, name))
         positive("train.lr", _num(self.lr), float)
         choice("train.optimizer", self.optimizer, OPTIMIZERS)
         choice("train.schedule", self.schedule, SCHEDULES)
         choice("train.precision", self.precision, PRECISIONS)
         choice("train.device", self.device, ("auto", "cpu", "cuda"))
+        choice("train.parallel", self.parallel, PARALLELS)
+        if not isinstance(self.activation_checkpointing, bool):
+            raise ValueError(f"train.activation_checkpointing={self.activation_checkpointing!r} is not valid; "
+                             "it must be true or false")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"train.grad_accum={self.grad_accum} is not valid; it must divide train.batch_size="
+                             f"{self.batch_size} (each micro-batch is an equal share of the batch)")
         if isinstance(self.compile, str) and self.compile.lower() in ("true", "false", "1", "0", "yes", "no"):
             self.compile = self.compile.lower() in ("true", "1", "yes")
         if not (isinstance(self.compile, bool) or self.compile == "auto"):
@@ -229,7 +245,7 @@ def describe_options() -> str:
     """Every option with its default (and its choices where it has a list), for `blocklab train --help`."""
     choices = {("model", k): v for k, v in model_choices().items()}
     choices.update({("train", "optimizer"): OPTIMIZERS, ("train", "schedule"): SCHEDULES,
-                    ("train", "precision"): PRECISIONS})
+                    ("train", "precision"): PRECISIONS, ("train", "parallel"): PARALLELS})
     out = []
     for section, cls_ in SECTIONS.items():
         default = cls_() if section != "model" else ModelConfig()

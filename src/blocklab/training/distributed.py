@@ -1,4 +1,4 @@
-"""torchrun integration: DistributedDataParallel with gloo on CPU and NCCL on GPU."""
+"""torchrun integration: ranks, devices and the process group (gloo on CPU, NCCL on GPU); the\nwrappers (DDP, FSDP) are in training/parallel.py."""
 from __future__ import annotations
 
 import os
@@ -31,11 +31,13 @@ class Dist:
             dist.all_reduce(value)
         return value
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+    def max(self, value: float) -> float:
+        """The largest of every process's value."""
         if not self.enabled:
-            return model
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+            return value
+        t = torch.tensor(float(value), dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
 
     def close(self) -> None:
         if self.enabled and dist.is_initialized():

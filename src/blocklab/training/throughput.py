@@ -14,6 +14,7 @@ on this machine otherwise (src/blocklab/bench/peak.py), cached per process.
 from __future__ import annotations
 
 import functools
+import resource
 import statistics
 
 import torch
@@ -101,3 +102,12 @@ class Throughput:
         return {"tokens_per_s": tps, "mfu": self.mfu(tps), "flops_per_token": self.flops_per_token,
                 "peak_flops_per_s": self.peak, "compile_s": excess if self.compiled else None,
                 "startup_s": excess, "steady_steps": len(self.steady)}
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """This process's peak memory so far, MiB: the CUDA caching allocator's peak of allocated tensors on
+    a GPU; on the CPU the peak resident set of the whole process (tensors, and the interpreter and
+    libraries: about 0.5 GiB before the first tensor)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

@@ -13,9 +13,10 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.model import count_parameters
-from blocklab.training import distributed
+from blocklab.training import distributed, parallel
 from blocklab.atomic import write_atomic
-from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, restore_rng, save_checkpoint
+from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, open_checkpoint, restore_rng, save_checkpoint
+from blocklab.training.sharded import load_sharded, save_sharded
 from blocklab.training.config import RunConfig, compiles, load_config, to_toml
 from blocklab.attention.modules import attention_path
 from blocklab.probes.grads import layer_grad_norms
@@ -23,11 +24,14 @@ from blocklab.training.logger import MetricsLogger, grad_values
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
 from blocklab.training.stall import stall_detector
 from blocklab.training.tasks import get_task
-from blocklab.training.throughput import Throughput, flops_per_token, peak_for
+from blocklab.training.throughput import Throughput, flops_per_token, peak_for, peak_memory_mb
 
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json", "checkpoints", "tb")
-# Fields that may change when resuming: how long to train and how often to log, not what to train.
-RESUMABLE_CHANGES = {("train", k) for k in ("steps", "log_every", "eval_every", "checkpoint_every", "eval_batches")}
+# Fields that may change when resuming: how long to train, how often to log, how to fit the batch in
+# memory and whether to stop stalled runs, not what to train. train.parallel fixes the checkpoint format.
+RESUMABLE_CHANGES = {("train", k) for k in ("steps", "log_every", "eval_every", "checkpoint_every", "eval_batches",
+                                            "grad_accum", "activation_checkpointing", "stall_patience",
+                                            "stall_margin")}
 
 
 def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
@@ -76,20 +80,30 @@ class Trainer:
             raise UserError(f"the tokenizer has {self.data.vocab_size} tokens but model.vocab_size="
                             f"{cfg.model.vocab_size}; raise model.vocab_size")
         self.batches = self.task.batches(self.data, quiet)
+        world = self.dist.world_size
+        if t.batch_size % (world * t.grad_accum):
+            raise UserError(f"train.batch_size={t.batch_size} does not split into {world} process(es) x "
+                            f"train.grad_accum={t.grad_accum} equal micro-batches")
         torch.manual_seed(t.seed)
         self.model = self.task.build_model().to(dev)
-        self.optimizer = make_optimizer(self.model, t)
-        self.forward = self.dist.wrap(self.model)
+        if t.activation_checkpointing:
+            parallel.checkpoint_activations(self.model)
         self.compiled = compiles(t, dev.type)
         if self.compiled:
             self.task.compile(self.model)
+        # The fsdp format holds the scalar gains as 1-element vectors, in one process as in several.
+        self.scalar_params = parallel.scalars_as_vectors(self.model) if t.parallel == "fsdp" else []
+        self.forward = parallel.wrap(self.model, self.dist, t.parallel, t.precision)
+        self.sharded = parallel.is_sharded(self.model)  # FSDP: every process takes part in norms and saves
+        self.optimizer = make_optimizer(self.model, t)
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
         self.grad_norms: dict[str, float] | None = None  # the last step's, on the steps that measure them
         self.state = {"step": 0, "initial_loss": None, "tokens": 0, "train_seconds": 0.0, "wall_seconds": 0.0,
                       "best_eval_loss": None, "last_eval_loss": None, "last_loss": None,
                       **self.task.initial_state()}
         flops = flops_per_token(self.model, cfg.data.seq_len, self.task.attention_layers(self.model))
-        self.throughput = Throughput(self.state, self.compiled, flops, lambda: peak_for(dev, t.precision))
+        # MFU of the whole job: the global batch's tokens/s against the peak of every process's device.
+        self.throughput = Throughput(self.state, self.compiled, flops, lambda: world * peak_for(dev, t.precision))
 
     def compute_dtype(self) -> torch.dtype:
         """The dtype the attention inputs have under this run's autocast."""
@@ -120,14 +134,22 @@ class Trainer:
         t = self.cfg.train
         set_lr(self.optimizer, t.lr * lr_factor(step, t))
         batch = self.batches.train.get(step, self.dist.rank, self.dist.world_size)
-        loss_sum, n = self.loss_terms(batch, self.forward)
-        n_global = self.dist.sum(n.detach()).clamp_min(1)
-        self.scaler.scale(loss_sum / n_global * self.dist.world_size).backward()
+        micro = parallel.micro_batches(batch, t.grad_accum)
+        # The global count of loss terms comes first, so that every micro-batch's backward already has
+        # its share of the global-batch mean: k micro-batches sum to the gradient of the unsplit batch.
+        n_global = self.dist.sum(sum(self.task.loss_count(b) for b in micro).to(self.dist.device)).clamp_min(1)
+        total = 0.0
+        for i, part in enumerate(micro):
+            with parallel.gradient_sync(self.forward, sync=i == len(micro) - 1):
+                loss_sum, _ = self.loss_terms(part, self.forward)
+                self.scaler.scale(loss_sum / n_global * self.dist.world_size).backward()
+            total = total + loss_sum.detach()
         # Per-layer gradient norms on the steps that get a row only (nothing on the others): unscaled, so
         # true gradients, and before clipping. One unscale_: scaler.step skips it once done here, and
         # it is a no-op without fp16, so the update is the same bit for bit. Under DDP the gradients
-        # are already averaged over the ranks: rank 0's norms are the global ones.
-        measure = self.dist.main and self.measures_grads(step + 1)
+        # are already averaged over the ranks: rank 0's norms are the global ones; FSDP's are
+        # gathered from every process's shards (all of them compute).
+        measure = (self.dist.main or self.sharded) and self.measures_grads(step + 1)
         if t.grad_clip > 0 or measure:
             self.scaler.unscale_(self.optimizer)
         self.grad_norms = layer_grad_norms(self.model) if measure else None
@@ -137,7 +159,7 @@ class Trainer:
         self.scaler.update()
         self.model.after_optimizer_step()  # nGPT puts its matrices back on the unit sphere
         self.optimizer.zero_grad(set_to_none=True)
-        return (self.dist.sum(loss_sum.detach()) / n_global).item()
+        return (self.dist.sum(total) / n_global).item()
 
     def logs_step(self, done: int) -> bool:
         """Whether the step that makes update number `done` (1-based) gets a training row."""
@@ -155,10 +177,18 @@ class Trainer:
         if not has_checkpoint(ckpt_root):
             self.log(f"warning: {self.out} has no checkpoint yet; starting from step 0")
             return 0
-        ckpt = load_checkpoint(ckpt_root)
+        ckpt = open_checkpoint(ckpt_root)
+        want = "dcp" if self.cfg.train.parallel == "fsdp" else "safetensors"
+        if ckpt["format"] != want:
+            raise UserError(f"checkpoint {ckpt['path']} is {ckpt['format']} but a train.parallel="
+                            f"{self.cfg.train.parallel} run reads {want} checkpoints")
         try:
-            self.model.load_state_dict(ckpt["model"])
-            self.optimizer.load_state_dict(ckpt["optimizer"])
+            if want == "dcp":
+                load_sharded(ckpt["path"], self.model, self.optimizer, self.dist)
+            else:
+                ckpt = load_checkpoint(ckpt_root, ckpt["step"])
+                self.model.load_state_dict(ckpt["model"])
+                self.optimizer.load_state_dict(ckpt["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
             raise UserError(f"checkpoint {ckpt['path']} does not fit this model: {str(e).splitlines()[0]}") from None
         restore_rng(ckpt)
@@ -166,9 +196,11 @@ class Trainer:
         return ckpt["step"]
 
     def save(self, step: int) -> None:
-        if self.dist.main:
-            save_checkpoint(self.out / "checkpoints", step, self.model, self.optimizer, dict(self.state, step=step),
-                            keep=self.cfg.train.keep_checkpoints)
+        root, state, keep = self.out / "checkpoints", dict(self.state, step=step), self.cfg.train.keep_checkpoints
+        if self.cfg.train.parallel == "fsdp":  # sharded, by every process (in one process too: one format)
+            save_sharded(root, step, self.model, self.optimizer, state, keep, self.dist, self.scalar_params)
+        elif self.dist.main:
+            save_checkpoint(root, step, self.model, self.optimizer, state, keep)
 
     def summary(self, status: str, step: int, extra: dict | None = None) -> dict:
         s, t = self.state, self.cfg.train
@@ -178,7 +210,9 @@ class Trainer:
                "final_eval_loss": s["last_eval_loss"], "best_eval_loss": s["best_eval_loss"],
                "tokens": s["tokens"], "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
                "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled,
-               "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype())}
+               "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype()),
+               "parallel": t.parallel if self.dist.enabled else None, "grad_accum": t.grad_accum,
+               "peak_memory_mb": self.dist.max(peak_memory_mb(self.dist.device))}
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
         out.update(self.task.summary_fields(s))
         out.update(extra or {})
@@ -200,6 +234,11 @@ class Trainer:
             self.data.tokenizer.save(str(self.out / "tokenizer.json"))
         if start >= t.steps:
             return self.summary("completed", start)
+        stall = stall_detector(t, self.data.unigram_entropy, self.state)
+        if self.state.get("stalled_step") is not None and stall.enabled:
+            # The uninterrupted run stopped here: resuming makes the same decision, not one more step.
+            self.log(f"this run stalled at step {start}; nothing to resume (--train.stall_patience 0 trains on)")
+            return self.summary("stalled", start, stall.summary(self.state["stalled_step"]))
         if self.dist.main:
             self.log(f"attention path: {attention_path(self.model, self.dist.device, self.compute_dtype())} "
                      f"(attn_impl={self.cfg.model.attn_impl!r} on {self.dist.device.type})")
@@ -207,7 +246,7 @@ class Trainer:
         stop = _SignalFlag()
         tokens_per_step = self.batches.train.tokens_per_step
         window, step, status, extra = [], start, "completed", {}
-        stall = stall_detector(t, self.data.unigram_entropy, self.state)
+        self.state["stalled_step"] = None
         wall0 = time.perf_counter() - self.state["wall_seconds"]
         self.model.train()
         try:
@@ -259,6 +298,7 @@ class Trainer:
                         break
                     if stall.update(done, loss):
                         status, extra = "stalled", stall.summary(done)
+                        self.state["stalled_step"] = done
                         self.save(done)
                         self.log(f"stalled at step {done}: the loss has stayed within {t.stall_margin:g} of the "
                                  f"unigram entropy {stall.entropy:.4g} for {t.stall_patience} steps; checkpoint kept")

@@ -110,6 +110,11 @@ def loss_terms(model, batch, device, autocast, label_smoothing: float = 0.0):
     return loss_sum, (labels != IGNORE_INDEX).sum()
 
 
+def loss_count(batch) -> torch.Tensor:
+    """The token count of loss_terms, without the forward pass."""
+    return (batch[3] != IGNORE_INDEX).sum()
+
+
 def detokenize(tokenizer, eod_id: int, ids) -> str:
     """Text of generated ids: the start token dropped, cut at the first <eod>."""
     ids = [int(i) for i in ids]

@@ -94,6 +94,11 @@ class Task:
         `model` may be the DDP wrapper (training) or the bare model in eval mode (evaluation)."""
         raise NotImplementedError
 
+    def loss_count(self, batch: Any) -> torch.Tensor:
+        """The number of loss terms of a batch (the count `loss` returns), without a forward pass: the
+        trainer needs the global count before the first micro-batch's backward."""
+        raise NotImplementedError
+
     def evaluate(self, model: nn.Module, data: TaskData, val: BatchSource, device: torch.device,
                  state: dict) -> dict:
         """Metrics added to the metrics row of an evaluation step (after the eval loss), recording

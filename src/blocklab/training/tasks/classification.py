@@ -112,6 +112,9 @@ class Classification(Task):
             loss_sum = model(ids, attention_mask=mask, labels=labels, loss_reduction="sum").loss
         return loss_sum, torch.tensor(labels.shape[0], device=device)
 
+    def loss_count(self, batch):
+        return torch.tensor(len(batch[2]))
+
     @torch.no_grad()
     def evaluate(self, model, data: ClassificationData, val, device, state) -> dict:
         preds, labels = [], []

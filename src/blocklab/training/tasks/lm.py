@@ -33,6 +33,9 @@ class LanguageModelling(Task):
                              loss_reduction="sum", return_logits=False).loss
         return loss_sum, (labels != IGNORE_INDEX).sum()
 
+    def loss_count(self, batch):
+        return (batch[1] != IGNORE_INDEX).sum()
+
 
 class CausalLM(LanguageModelling):
     masked = False

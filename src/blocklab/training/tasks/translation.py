@@ -27,6 +27,9 @@ class Translation(Task):
         smoothing = self.cfg.train.label_smoothing if model.training else 0.0
         return translation.loss_terms(model, batch, device, autocast, smoothing)
 
+    def loss_count(self, batch):
+        return translation.loss_count(batch)
+
     def evaluate(self, model, data, val, device, state) -> dict:
         t = self.cfg.train
         bleu = translation.evaluate_bleu(model, data.tokenizer, val, t.eval_batches, t.batch_size, device)

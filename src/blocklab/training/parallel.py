@@ -1,0 +1,104 @@
+"""Scale-out on PyTorch's own engine (SPEC section 6): DDP or FSDP2 under torchrun, the gradient
+sync that gradient accumulation skips, and per-block activation checkpointing.
+
+Order of application (torchtitan's): activation checkpointing, then the regional compile of each
+block, then the data-parallel wrapper, then the optimizer (FSDP replaces the parameters by sharded
+DTensors, which the optimizer must hold).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+import torch.nn as nn
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+from torch.utils.checkpoint import checkpoint
+
+from blocklab.training.distributed import Dist
+
+
+def all_blocks(model: nn.Module) -> list[nn.Module]:
+    """The encoder (or decoder-only) blocks, then a translation model's decoder blocks."""
+    return [*model.blocks, *getattr(model, "decoder_blocks", ())]
+
+
+def checkpoint_activations(model: nn.Module) -> None:
+    """Each block keeps only its input for the backward pass and recomputes the rest there
+    (non-reentrant `torch.utils.checkpoint`, which replays the forward's random state, so dropout
+    masks and losses are unchanged). The block's own forward is wrapped in place rather than the
+    block in a wrapper module: parameter names, state dicts and checkpoints stay as they are."""
+    for block in all_blocks(model):
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+
+
+def mixed_precision(precision: str) -> MixedPrecisionPolicy:
+    """bf16 runs compute in bf16 from bf16 copies of the sharded fp32 weights and reduce the gradients
+    in fp32 (the optimizer's state and update stay fp32); otherwise FSDP keeps the parameters' dtype."""
+    if precision == "bf16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def shard(model: nn.Module, precision: str) -> nn.Module:
+    """FSDP2 in place: one unit per encoder block, and the root (embeddings, head, final norm).
+
+    A translation model's decoder blocks belong to the root's unit: decoding reads their cross-attention
+    keys and values and runs them step by step outside their `forward`, where a block of its own would
+    still be sharded. `generate` is registered as a forward method so that the root unshards for it
+    (the BLEU evaluation decodes during training).
+    """
+    mp = mixed_precision(precision)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    if hasattr(model, "generate"):
+        register_fsdp_forward_method(model, "generate")
+    return model
+
+
+def scalars_as_vectors(model: nn.Module) -> list[str]:
+    """FSDP2 shards along dim 0 and refuses 0-dim parameters, which the scalar gains (beta_SA, beta_FF,
+    DyT's alpha, ...) are: they become 1-element vectors in place (the same Parameter, so the block's
+    arithmetic broadcasts as before). Returns their names, so that a sharded checkpoint can give them
+    back their shape when one process reads the model (checkpoint.load_checkpoint)."""
+    names = [name for name, p in model.named_parameters() if p.dim() == 0]
+    for name in names:
+        p = model.get_parameter(name)
+        p.data = p.data.reshape(1)
+    return names
+
+
+def wrap(model: nn.Module, dist: Dist, parallel: str, precision: str) -> nn.Module:
+    """What the training step calls: the model itself in one process, DDP's wrapper, or (FSDP, in
+    place) the sharded model."""
+    if not dist.enabled:
+        return model
+    if parallel == "fsdp":
+        return shard(model, precision)
+    ids = [dist.device.index] if dist.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return any(isinstance(p, torch.distributed.tensor.DTensor) for p in model.parameters())
+
+
+def gradient_sync(forward: nn.Module, sync: bool):
+    """A context for one micro-batch's backward: the gradients are reduced across the processes only
+    when `sync` (the last micro-batch); before it each process accumulates its own."""
+    if isinstance(forward, nn.parallel.DistributedDataParallel) and not sync:
+        return forward.no_sync()
+    if hasattr(forward, "set_requires_gradient_sync"):  # an FSDPModule
+        forward.set_requires_gradient_sync(sync)
+    return contextlib.nullcontext()
+
+
+def micro_batches(batch, k: int) -> list:
+    """A batch (a tuple of tensors, rows first) as k batches of equal rows, in order."""
+    if k == 1:
+        return [batch]
+    rows = len(batch[0])
+    if rows % k:
+        raise ValueError(f"{rows} rows do not split into {k} micro-batches")
+    return [tuple(x[i * rows // k:(i + 1) * rows // k] for x in batch) for i in range(k)]

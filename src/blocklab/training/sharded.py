@@ -1,0 +1,60 @@
+"""Sharded checkpoints of `train.parallel = "fsdp"` runs, through torch.distributed.checkpoint (DCP).
+
+Every process writes its own shards of the model and optimizer state in parallel into one DCP
+folder (`dcp/`: `.metadata` and one `__{rank}_0.distcp` per process); rank 0 adds the run state and
+its random state, then finishes the checkpoint as checkpoint.py finishes every checkpoint (manifest,
+rename, `latest`), so a kill at any moment leaves the previous one loadable. DCP reshards on load: a
+checkpoint written by 2 processes resumes on 1 or on 4, and one written by a single process (an fsdp
+run without torchrun) resumes on several. One process reads the model alone for generate, translate
+and finetune (checkpoint.load_checkpoint).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from blocklab.training.checkpoint import DCP_DIR, begin, finish, rng_state, single_process
+from blocklab.training.distributed import Dist
+
+
+def save_sharded(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict,
+                 keep: int, d: Dist, scalars: list[str]) -> Path:
+    """Called by every process (the writes are collective); returns the checkpoint's folder. `scalars`:
+    the parameters that are scalars in the model but 1-element vectors here (parallel.scalars_as_vectors)."""
+    pid = [os.getpid()]
+    if d.enabled:
+        dist.broadcast_object_list(pid, src=0)  # one temporary folder for all, named after rank 0
+    tmp = begin(root, step, pid[0]) if d.main else root / f".tmp-step-{step:08d}-{pid[0]}"
+    if d.enabled:
+        dist.barrier()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    with contextlib.nullcontext() if d.enabled else single_process():
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp / DCP_DIR, no_dist=not d.enabled)
+    final = root / f"step-{step:08d}"
+    if d.main:
+        save_file({"rng.torch": torch.get_rng_state()}, tmp / "rng.safetensors")
+        meta = {"step": step, "format": "dcp", "world_size": d.world_size, "scalar_params": scalars,
+                "rng": rng_state(), "extra": extra}
+        (tmp / "state.json").write_text(json.dumps(meta))
+        finish(root, tmp, step, keep)
+    if d.enabled:
+        dist.barrier()  # nobody goes on (or reads `latest`) before the checkpoint is complete
+    return final
+
+
+def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, d: Dist) -> None:
+    """The model and optimizer state of the DCP checkpoint at `path` into this run's model, sharded or
+    not, on any number of processes (each reads the pieces of its own shards)."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    with contextlib.nullcontext() if d.enabled else single_process():
+        dcp.load(state, checkpoint_id=path / DCP_DIR, no_dist=not d.enabled)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
