@@ -82,3 +82,35 @@ def test_healthy_run_passes_through_the_unigram_entropy(tmp_path):
     s = train(load_config(None, tiny(word_corpus(tmp_path / "cyc", cyclic=True))), tmp_path / "r", progress=False)
     assert s["status"] == "completed" and "stalled_step" not in s
     assert s["final_loss"] < s["unigram_entropy"] - 0.5 < s["initial_loss"]
+
+
+def _rows(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resuming_a_stalled_run_stalls_at_once_unless_stall_detection_is_off(tmp_path, capsys):
+    """The uninterrupted run stopped at its stall: resuming with more steps makes the same decision (no
+    step trained, no row written); --train.stall_patience 0 trains on to the new step count."""
+    run = tmp_path / "r"
+    over = tiny(word_corpus(tmp_path / "iid", cyclic=False), steps=40)
+    first = train(load_config(None, over), run, progress=False, log=lambda *a: None)
+    assert first["status"] == "stalled" and first["stalled_step"] < 40
+    stalled_at, rows = first["stalled_step"], (run / "metrics.jsonl").read_text()
+    assert _rows(run)[-1]["step"] == stalled_at
+
+    over["train"]["steps"] = 60
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", "--no-progress"] + as_args(over)) == 4  # stalled's code
+    assert "stalled at step" in capsys.readouterr().out
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "stalled" and s["stalled_step"] == s["step"] == stalled_at
+    assert s["steps"] == 60 and s["final_loss"] == first["final_loss"]
+    assert (run / "metrics.jsonl").read_text() == rows  # nothing trained, nothing logged
+    assert load_checkpoint(run / "checkpoints")["step"] == stalled_at
+
+    over["train"]["stall_patience"] = 0
+    s = train(load_config(None, over), run, resume=True, progress=False, log=lambda *a: None)
+    assert s["status"] == "completed" and s["step"] == 60 and "stalled_step" not in s
+    assert [r["step"] for r in _rows(run) if "loss" in r] == list(range(1, 61))
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert load_checkpoint(run / "checkpoints")["step"] == 60

@@ -13,7 +13,9 @@ def add_parser(sub) -> None:
         description="Train one model. Settings come from an optional TOML file with [model], [data] and "
                     "[train] sections, then from dotted overrides such as --model.block sas-p. The run "
                     "directory gets config.toml, metrics.jsonl, summary.json, checkpoints/ and tb/ "
-                    "(TensorBoard). Under torchrun the same command trains with DistributedDataParallel.",
+                    "(TensorBoard). Under torchrun the same command trains with DistributedDataParallel, or FSDP2 with "
+                    "--train.parallel fsdp (sharded checkpoints); --train.grad_accum and --train.activation_checkpointing "
+                    "trade compute for memory (README: Scaling out).",
         epilog="options (--SECTION.KEY VALUE, or --SECTION.KEY=VALUE):\n" + describe_options(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", help="TOML config file (optional)")

@@ -167,7 +167,11 @@ def load_checkpoint(root: Path, step: int | None = None) -> dict:
     """open_checkpoint's fields and the whole model state ('model'), in one process whatever wrote it;
     also the optimizer's ('optimizer') for the whole format. Sharded (DCP) checkpoints are restored into
     a training run by training/sharded.py instead."""
-    ckpt = open_checkpoint(root, step)
+    return read_weights(open_checkpoint(root, step))
+
+
+def read_weights(ckpt: dict) -> dict:
+    """An opened checkpoint (open_checkpoint) with its weights: load_checkpoint's fields."""
     path, meta = ckpt["path"], ckpt["meta"]
     with _readable(path):
         if ckpt["format"] == "dcp":

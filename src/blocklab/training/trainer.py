@@ -15,7 +15,7 @@ from blocklab.errors import UserError
 from blocklab.model import count_parameters
 from blocklab.training import distributed, parallel
 from blocklab.atomic import write_atomic
-from blocklab.training.checkpoint import has_checkpoint, load_checkpoint, open_checkpoint, restore_rng, save_checkpoint
+from blocklab.training.checkpoint import has_checkpoint, open_checkpoint, read_weights, restore_rng, save_checkpoint
 from blocklab.training.sharded import load_sharded, save_sharded
 from blocklab.training.config import RunConfig, compiles, load_config, to_toml
 from blocklab.attention.modules import attention_path
@@ -186,7 +186,7 @@ class Trainer:
             if want == "dcp":
                 load_sharded(ckpt["path"], self.model, self.optimizer, self.dist)
             else:
-                ckpt = load_checkpoint(ckpt_root, ckpt["step"])
+                ckpt = read_weights(ckpt)
                 self.model.load_state_dict(ckpt["model"])
                 self.optimizer.load_state_dict(ckpt["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
@@ -211,7 +211,7 @@ class Trainer:
                "tokens": s["tokens"], "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
                "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled,
                "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype()),
-               "parallel": t.parallel if self.dist.enabled else None, "grad_accum": t.grad_accum,
+               "parallel": t.parallel if self.dist.enabled or t.parallel == "fsdp" else None, "grad_accum": t.grad_accum,
                "peak_memory_mb": self.dist.max(peak_memory_mb(self.dist.device))}
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
         out.update(self.task.summary_fields(s))
