@@ -186,3 +186,23 @@ def test_the_seeds_of_one_finetune_encode_the_data_once(mlm_run, separable, tmp_
     classification._LOADED.clear()
     finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0, 1, 2], epochs=1, progress=False, log=lambda *a: None)
     assert len(calls) == 1  # counted once, then the three seeds' trainers reuse it
+
+
+def test_finetune_starts_from_a_sharded_checkpoint(tmp_path, corpus_dir, separable):
+    """An fsdp-format mlm run (a DCP checkpoint: scalar gains stored as 1-element vectors) gives its
+    encoder to a classifier in one process, shapes restored, the same tensors as the checkpoint."""
+    out = tmp_path / "mlm"
+    over = {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
+            "model": {"task": "mlm", "block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+            "train": {"steps": 6, "batch_size": 8, "lr": 3e-3, "eval_every": 6, "checkpoint_every": 6,
+                      "parallel": "fsdp"}}
+    assert train(load_config(None, over), out, progress=False, log=lambda *a: None)["status"] == "completed"
+    assert json.loads((out / "checkpoints" / "step-00000006" / "state.json").read_text())["format"] == "dcp"
+    cfg = finetune_config(out, str(separable), 0, n_labels=2)
+    model = build_model(cfg.model)
+    assert load_encoder(model, out) == 6
+    saved, own = load_checkpoint(out / "checkpoints")["model"], model.state_dict()
+    assert saved["blocks.0.beta_sa"].shape == own["blocks.0.beta_sa"].shape == ()
+    assert all(torch.equal(own[k], v) for k, v in saved.items() if k in own)
+    result = finetune(out, str(separable), tmp_path / "ft", seeds=[0], epochs=1, progress=False, log=lambda *a: None)
+    assert result["statuses"] == ["completed"]

@@ -54,7 +54,7 @@ def ok(p):
 def over(corpus_dir):
     # A constant rate: a run of 10 steps resumed to 20 follows the schedule of a 20-step run.
     return {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
-            "model": {"block": "pre-ln", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+            "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},  # scalar gains
             "train": {"steps": STEPS, "batch_size": 8, "log_every": 1, "eval_every": 10, "eval_batches": 2,
                       "checkpoint_every": 5, "lr": 3e-3, "schedule": "constant", "warmup_steps": 0,
                       "device": "cpu"}}
@@ -67,6 +67,7 @@ def runs(tmp_path_factory, over):
     ok(train(root / "one", over))
     ok(train(root / "fsdp", over, 2, fsdp))
     ok(train(root / "accum", over, 2, fsdp + ["--train.grad_accum", "2", "--train.activation_checkpointing", "true"]))
+    ok(train(root / "ddp-accum", over, 2, ["--train.grad_accum", "2"]))
     # 10 of the 20 steps on 2 processes, then on to 20 on 2 and (a copy) on 1
     ok(train(root / "half", over, 2, fsdp + ["--train.steps", "10"]))
     shutil.copytree(root / "half", root / "half-on-1")
@@ -90,6 +91,11 @@ def test_fsdp_equals_one_process(runs):
 def test_fsdp_with_grad_accum_and_activation_checkpointing_equals_one_process(runs):
     assert losses(runs / "accum") == pytest.approx(losses(runs / "one"), rel=1e-5)
     assert summary(runs / "accum")["grad_accum"] == 2
+
+
+def test_ddp_with_grad_accum_equals_one_process(runs):
+    assert losses(runs / "ddp-accum") == pytest.approx(losses(runs / "one"), rel=1e-5)
+    assert summary(runs / "ddp-accum")["parallel"] == "ddp"
 
 
 def test_sharded_checkpoints_are_dcp_folders(runs):
@@ -151,8 +157,9 @@ def test_bf16_mixed_precision_policy_trains_like_one_process_bf16(tmp_path, over
     ok(train(tmp_path / "one", over, 1, bf16))
     ok(train(tmp_path / "two", over, 2, bf16 + ["--train.parallel", "fsdp"]))
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
-    # bf16 rounds the weights FSDP gathers (autocast rounds them at each matmul): close, not equal
-    assert two == pytest.approx(one, abs=0.05) and two[-1] < two[0] - 0.3
+    # FSDP gathers bf16 copies of the blocks' weights, gains and norm weights included, which autocast
+    # leaves fp32: close, not equal (6e-4 at most, measured on this config)
+    assert two == pytest.approx(one, abs=5e-3) and two[-1] < two[0] - 0.3
 
 
 def test_translation_under_fsdp_then_translate_in_one_process(tmp_path):

@@ -193,3 +193,24 @@ def test_activation_checkpointing_must_be_a_boolean(overrides):
         load_config(None, overrides)
     assert load_config(None, ["--train.activation_checkpointing", "true"]).train.activation_checkpointing is True
     assert load_config(None, []).train.activation_checkpointing is False
+
+
+def test_evaluation_runs_in_pieces_of_a_micro_batch(tmp_path, overrides, labelled, pairs, monkeypatch):
+    """What fits training fits evaluation: no evaluation forward holds more rows than a micro-batch, and
+    the evaluation loss is the one of the whole batches (float tolerance)."""
+    rows = []
+    real = Trainer.loss_terms
+
+    def loss_terms(self, batch, model):
+        if not model.training:
+            rows.append(len(batch[0]))
+        return real(self, batch, model)
+
+    monkeypatch.setattr(Trainer, "loss_terms", loss_terms)
+    whole = quiet_train(load_config(None, run_overrides("mlm", overrides, labelled, pairs)), tmp_path / "k1")
+    assert max(rows) == 8
+    rows.clear()
+    split = quiet_train(load_config(None, run_overrides("mlm", overrides, labelled, pairs, grad_accum=4)),
+                        tmp_path / "k4")
+    assert max(rows) == 2 and len(rows) >= 4
+    assert split["final_eval_loss"] == pytest.approx(whole["final_eval_loss"], rel=REL)

@@ -14,6 +14,7 @@ from blocklab.training import trainer as trainer_module
 from blocklab.training.checkpoint import checkpoint_steps, load_checkpoint, open_checkpoint
 from blocklab.training.distributed import Dist
 from blocklab.training.optim import make_optimizer
+from blocklab.training.parallel import scalars_as_vectors
 from blocklab.training.sharded import load_sharded
 from tests.helpers import as_args
 
@@ -29,7 +30,7 @@ def quiet_train(cfg, out, **kw):
 def config(corpus_dir, parallel="fsdp", steps=20, **train_kw):
     """A constant learning rate without warm-up: a 10-step run resumed to 20 steps is the 20-step run."""
     return {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
-            "model": {"block": "pre-ln", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+            "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},  # scalar gains
             "train": {"steps": steps, "batch_size": 4, "log_every": 1, "eval_every": 10, "eval_batches": 2,
                       "checkpoint_every": 5, "keep_checkpoints": 0, "lr": 3e-3, "schedule": "constant",
                       "warmup_steps": 0, "parallel": parallel, **train_kw}}
@@ -88,15 +89,17 @@ def test_a_dcp_checkpoint_loads_as_one_model_state_in_one_process(runs, corpus_d
     model = build_model(cfg.model)
     assert model.load_state_dict(dcp_ckpt["model"])
     fresh = build_model(cfg.model)
+    assert scalars_as_vectors(fresh)  # as an fsdp run holds its model (sas-p has scalar gains)
     opt = make_optimizer(fresh, cfg.train)
     load_sharded(dcp_ckpt["path"], fresh, opt, Dist())
     for key, value in whole["model"].items():
-        assert torch.equal(fresh.state_dict()[key], value), key
+        assert torch.equal(fresh.state_dict()[key].reshape(value.shape), value), key
     got_state, want_state = opt.state_dict()["state"], whole["optimizer"]["state"]
     assert got_state.keys() == want_state.keys() and len(want_state) == len(list(fresh.parameters()))
     for i, want in want_state.items():
         for name in ("step", "exp_avg", "exp_avg_sq"):  # Adam's state, parameter by parameter
-            assert torch.equal(torch.as_tensor(got_state[i][name]), torch.as_tensor(want[name])), (i, name)
+            got, want_t = torch.as_tensor(got_state[i][name]), torch.as_tensor(want[name])
+            assert torch.equal(got.reshape(want_t.shape), want_t), (i, name)
     # The steps differ: the comparisons above can tell checkpoints apart.
     other = load_checkpoint(runs["ddp"] / "checkpoints", 30 - step)["model"]
     assert any(not torch.equal(other[k], v) for k, v in whole["model"].items())
@@ -150,6 +153,17 @@ def test_the_trainer_refuses_a_checkpoint_of_the_other_format(runs, corpus_dir, 
     shutil.copytree(runs["ddp"], run)
     with pytest.raises(UserError, match="is safetensors but a train.parallel=fsdp run reads dcp"):
         quiet_train(load_config(None, config(corpus_dir, steps=25)), run, resume=True)
+
+
+def test_a_dcp_checkpoint_that_does_not_fit_the_model_is_one_clear_error(runs, corpus_dir, tmp_path, monkeypatch):
+    """DCP's own error (a BaseException) behind the config check, as after a change of the model code."""
+    monkeypatch.setattr(trainer_module, "RESUMABLE_CHANGES", trainer_module.RESUMABLE_CHANGES | {("model", "d_ff")})
+    run = tmp_path / "run"
+    shutil.copytree(runs["fsdp"], run)
+    over = config(corpus_dir, steps=25)
+    over["model"]["d_ff"] = 128
+    with pytest.raises(UserError, match="does not fit this model"):
+        quiet_train(load_config(None, over), run, resume=True)
 
 
 def test_generate_reads_a_dcp_run(runs, capsys):

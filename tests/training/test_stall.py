@@ -114,3 +114,24 @@ def test_resuming_a_stalled_run_stalls_at_once_unless_stall_detection_is_off(tmp
     assert [r["step"] for r in _rows(run) if "loss" in r] == list(range(1, 61))
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert load_checkpoint(run / "checkpoints")["step"] == 60
+
+
+def test_a_run_that_stalled_at_its_last_step_resumes_stalled(tmp_path):
+    """Stalled exactly at train.steps: the resumed run is still stalled, not 'completed'."""
+    run = tmp_path / "r"
+    over = tiny(word_corpus(tmp_path / "iid", cyclic=False), steps=40)
+    first = train(load_config(None, over), run, progress=False, log=lambda *a: None)
+    over["train"]["steps"] = first["stalled_step"]
+    again = train(load_config(None, over), run, resume=True, progress=False, log=lambda *a: None)
+    assert again["status"] == "stalled" and again["stalled_step"] == first["stalled_step"]
+
+
+def test_resuming_a_stalled_run_with_other_stall_settings_decides_anew(tmp_path):
+    """The saved window is judged by the resumed settings: a patience longer than the losses recorded
+    cannot call the run stalled yet, so it trains on (and may stall again later)."""
+    run = tmp_path / "r"
+    over = tiny(word_corpus(tmp_path / "iid", cyclic=False), steps=40)
+    first = train(load_config(None, over), run, progress=False, log=lambda *a: None)
+    over["train"].update(steps=first["stalled_step"] + 5, stall_patience=over["train"]["stall_patience"] * 4)
+    s = train(load_config(None, over), run, resume=True, progress=False, log=lambda *a: None)
+    assert s["step"] == first["stalled_step"] + 5 and s["status"] == "completed"

@@ -1,4 +1,5 @@
-"""torchrun integration: ranks, devices and the process group (gloo on CPU, NCCL on GPU); the\nwrappers (DDP, FSDP) are in training/parallel.py."""
+"""torchrun integration: ranks, devices and the process group (gloo on CPU, NCCL on GPU); the
+wrappers (DDP, FSDP) are in training/parallel.py."""
 from __future__ import annotations
 
 import os

@@ -33,10 +33,13 @@ def checkpoint_activations(model: nn.Module) -> None:
 
 
 def mixed_precision(precision: str) -> MixedPrecisionPolicy:
-    """bf16 runs compute in bf16 from bf16 copies of the sharded fp32 weights and reduce the gradients
-    in fp32 (the optimizer's state and update stay fp32); otherwise FSDP keeps the parameters' dtype."""
+    """A block's policy: bf16 runs compute from bf16 copies of the sharded fp32 weights (gains included,
+    which one process's autocast keeps in fp32) and reduce the gradients in fp32 (the optimizer's state
+    and update stay fp32); otherwise FSDP keeps the parameters' dtype."""
+    # The block's input is left as it comes (fp32: the residual stream, as under one process's autocast)
+    # where FSDP would cast it to bf16; autocast makes the matmuls bf16.
     if precision == "bf16":
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
     return MixedPrecisionPolicy()
 
 
@@ -48,10 +51,9 @@ def shard(model: nn.Module, precision: str) -> nn.Module:
     still be sharded. `generate` is registered as a forward method so that the root unshards for it
     (the BLEU evaluation decodes during training).
     """
-    mp = mixed_precision(precision)
     for block in model.blocks:
-        fully_shard(block, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+        fully_shard(block, mp_policy=mixed_precision(precision))
+    fully_shard(model)  # the embeddings stay fp32, so the residual stream is fp32 as under autocast
     if hasattr(model, "generate"):
         register_fsdp_forward_method(model, "generate")
     return model

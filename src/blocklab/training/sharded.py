@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: F401 (the trainer catches it)
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from blocklab.training.checkpoint import DCP_DIR, begin, finish, rng_state, single_process

@@ -36,10 +36,16 @@ class StallDetector:
             return False
         self.window.append(float(loss))
         del self.window[:-self.patience]
-        if len(self.window) < self.patience:
+        return self.stalled()
+
+    def stalled(self) -> bool:
+        """The rule (module docstring) on the losses recorded so far; a resumed run that had stalled asks
+        it again, so that different settings (a wider margin, a longer patience) decide anew."""
+        if not self.enabled or len(self.window) < self.patience:
             return False
+        window = self.window[-self.patience:]
         half = self.patience // 2
-        first, second = (sum(h) / len(h) for h in (self.window[:half] or self.window, self.window[half:]))
+        first, second = (sum(h) / len(h) for h in (window[:half] or window, window[half:]))
         at_entropy = abs(first - self.entropy) <= self.margin and abs(second - self.entropy) <= self.margin
         return at_entropy and second > first - self.margin / 2  # still descending: leaving the plateau
 

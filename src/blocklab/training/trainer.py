@@ -16,7 +16,7 @@ from blocklab.model import count_parameters
 from blocklab.training import distributed, parallel
 from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import has_checkpoint, open_checkpoint, read_weights, restore_rng, save_checkpoint
-from blocklab.training.sharded import load_sharded, save_sharded
+from blocklab.training.sharded import CheckpointException, load_sharded, save_sharded
 from blocklab.training.config import RunConfig, compiles, load_config, to_toml
 from blocklab.attention.modules import attention_path
 from blocklab.probes.grads import layer_grad_norms
@@ -85,7 +85,9 @@ class Trainer:
             raise UserError(f"train.batch_size={t.batch_size} does not split into {world} process(es) x "
                             f"train.grad_accum={t.grad_accum} equal micro-batches")
         torch.manual_seed(t.seed)
-        self.model = self.task.build_model().to(dev)
+        self.model = self.task.build_model()
+        if not (t.parallel == "fsdp" and self.dist.enabled):
+            self.model = self.model.to(dev)  # FSDP moves each unit to the device as it shards it, one at a time
         if t.activation_checkpointing:
             parallel.checkpoint_activations(self.model)
         self.compiled = compiles(t, dev.type)
@@ -122,11 +124,15 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
+        """The mean loss over the evaluation batches, each taken in pieces of a training micro-batch's
+        rows: what fits training fits evaluation (every process computes all of it)."""
         self.model.eval()
         total, count = 0.0, 0
+        rows = self.cfg.train.batch_size // (self.dist.world_size * self.cfg.train.grad_accum)
         for batch in self.batches.val.val_batches(self.cfg.train.eval_batches):
-            s, n = self.loss_terms(batch, self.model)
-            total, count = total + s.item(), count + n.item()
+            for part in zip(*(x.split(rows) for x in batch)):
+                s, n = self.loss_terms(part, self.model)
+                total, count = total + s.item(), count + n.item()
         self.model.train()
         return total / max(count, 1)
 
@@ -191,6 +197,9 @@ class Trainer:
                 self.optimizer.load_state_dict(ckpt["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
             raise UserError(f"checkpoint {ckpt['path']} does not fit this model: {str(e).splitlines()[0]}") from None
+        except CheckpointException as e:  # DCP's, a BaseException: the first process's first failure
+            first = next(iter(e.failures.values()), e)
+            raise UserError(f"checkpoint {ckpt['path']} does not fit this model: {str(first).splitlines()[0]}") from None
         restore_rng(ckpt)
         self.state.update(ckpt["extra"])
         return ckpt["step"]
@@ -232,13 +241,14 @@ class Trainer:
         if self.dist.main:
             write_atomic(self.out / "config.toml", to_toml(self.cfg))
             self.data.tokenizer.save(str(self.out / "tokenizer.json"))
+        stall = stall_detector(t, self.data.unigram_entropy, self.state)
+        if self.state.get("stalled_step") is not None and stall.stalled():
+            # The uninterrupted run stopped here: resuming makes the same decision, not one more step.
+            if self.dist.main:
+                self.log(f"this run stalled at step {start}; nothing to resume (--train.stall_patience 0 trains on)")
+            return self.summary("stalled", start, stall.summary(self.state["stalled_step"]))
         if start >= t.steps:
             return self.summary("completed", start)
-        stall = stall_detector(t, self.data.unigram_entropy, self.state)
-        if self.state.get("stalled_step") is not None and stall.enabled:
-            # The uninterrupted run stopped here: resuming makes the same decision, not one more step.
-            self.log(f"this run stalled at step {start}; nothing to resume (--train.stall_patience 0 trains on)")
-            return self.summary("stalled", start, stall.summary(self.state["stalled_step"]))
         if self.dist.main:
             self.log(f"attention path: {attention_path(self.model, self.dist.device, self.compute_dtype())} "
                      f"(attn_impl={self.cfg.model.attn_impl!r} on {self.dist.device.type})")

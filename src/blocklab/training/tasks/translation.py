@@ -32,7 +32,9 @@ class Translation(Task):
 
     def evaluate(self, model, data, val, device, state) -> dict:
         t = self.cfg.train
-        bleu = translation.evaluate_bleu(model, data.tokenizer, val, t.eval_batches, t.batch_size, device)
+        # decoded in batches of a process's share when gradients are accumulated: what fits training fits here
+        bleu = translation.evaluate_bleu(model, data.tokenizer, val, t.eval_batches, t.batch_size // t.grad_accum,
+                                         device)
         translation.record_bleu(state, bleu)
         return {"bleu": bleu}
 
