@@ -152,6 +152,19 @@ def test_kill_9_during_sharded_save_keeps_the_previous_checkpoint(runs, over, tm
     assert losses(out) == losses(runs / "fsdp")
 
 
+def test_a_damaged_shard_stops_every_process_with_one_line(runs, over, tmp_path):
+    """The processes verify the files between them; whichever finds the damage, all of them stop with
+    its line (none waits in a collective: the timeout would say so)."""
+    run = tmp_path / "run"
+    shutil.copytree(runs / "fsdp", run)
+    shard = run / "checkpoints" / f"step-{STEPS:08d}" / "dcp" / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[::-1])
+    p = train(run, over, 2, ["--train.parallel", "fsdp", "--train.steps", STEPS + 5], resume=True)
+    assert p.returncode != 0
+    assert p.stderr.count("is corrupted: dcp/__1_0.distcp does not match its checksum") == 2  # both ranks
+    assert "[rank0]: Traceback" not in p.stderr and "[rank1]: Traceback" not in p.stderr
+
+
 def test_bf16_mixed_precision_policy_trains_like_one_process_bf16(tmp_path, over):
     bf16 = ["--train.precision", "bf16"]
     ok(train(tmp_path / "one", over, 1, bf16))

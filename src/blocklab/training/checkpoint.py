@@ -88,14 +88,23 @@ def begin(root: Path, step: int, pid: int | None = None) -> Path:
     return tmp
 
 
-def finish(root: Path, tmp: Path, step: int, keep: int) -> Path:
+def digests(folder: Path, names) -> dict[str, str]:
+    """{name: sha256} of the files `names` (relative to `folder`), each synced to disk first."""
+    out = {}
+    for name in names:
+        _fsync(folder / name)
+        out[name] = _sha256(folder / name)
+    return out
+
+
+def finish(root: Path, tmp: Path, step: int, keep: int, known: dict[str, str] | None = None) -> Path:
     """Make the complete folder `tmp` the checkpoint of `step`: every file synced and listed with its
-    sha256 in the manifest, the folder renamed, and only then the `latest` pointer moved."""
-    files = {}
-    for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
-        _fsync(path)
-        files[path.relative_to(tmp).as_posix()] = _sha256(path)
-    (tmp / "manifest.json").write_text(json.dumps(files))
+    sha256 in the manifest (`known`: digests other processes took of the files they wrote), the folder
+    renamed, and only then the `latest` pointer moved."""
+    files = dict(known or {})
+    rest = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+    files.update(digests(tmp, [name for name in rest if name not in files]))
+    (tmp / "manifest.json").write_text(json.dumps(dict(sorted(files.items()))))
     _fsync(tmp / "manifest.json")
     final = root / f"step-{step:08d}"
     shutil.rmtree(final, ignore_errors=True)
@@ -127,10 +136,11 @@ def checkpoint_steps(root: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in root.glob("step-*") if p.is_dir() and (p / "manifest.json").is_file())
 
 
-def open_checkpoint(root: Path, step: int | None = None) -> dict:
+def open_checkpoint(root: Path, step: int | None = None, share: tuple[int, int] = (0, 1)) -> dict:
     """The latest checkpoint (or that of `step`), verified against its manifest, without its weights:
     {'step', 'path', 'format' ('safetensors' or 'dcp'), 'extra', 'rng', 'torch_rng', 'meta'}; UserError
-    if missing or damaged."""
+    if missing or damaged. `share` (i, n): verify only every n-th file from the i-th (n processes
+    verify a sharded checkpoint together, sharded.open_sharded)."""
     pointer = root / LATEST
     if not pointer.is_file():
         raise UserError(f"no checkpoint to resume from in {root}")
@@ -142,7 +152,7 @@ def open_checkpoint(root: Path, step: int | None = None) -> dict:
             raise UserError(f"{root} has no checkpoint of step {step}; it has: {have}")
     with _readable(ckpt):
         manifest = json.loads((ckpt / "manifest.json").read_text())
-        for name, digest in manifest.items():
+        for name, digest in sorted(manifest.items())[share[0]::share[1]]:
             if _sha256(ckpt / name) != digest:
                 raise UserError(f"checkpoint {ckpt} is corrupted: {name} does not match its checksum")
         meta = json.loads((ckpt / "state.json").read_text())

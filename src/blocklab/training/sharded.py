@@ -22,7 +22,8 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: F401 (the trainer catches it)
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from blocklab.training.checkpoint import DCP_DIR, begin, finish, rng_state, single_process
+from blocklab.errors import UserError
+from blocklab.training.checkpoint import DCP_DIR, begin, digests, finish, open_checkpoint, rng_state, single_process
 from blocklab.training.distributed import Dist
 
 
@@ -39,16 +40,41 @@ def save_sharded(root: Path, step: int, model: torch.nn.Module, optimizer: torch
     model_state, optim_state = get_state_dict(model, optimizer)
     with contextlib.nullcontext() if d.enabled else single_process():
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp / DCP_DIR, no_dist=not d.enabled)
+    # Each process syncs and hashes the shards it wrote (DCP names them __{rank}_{i}.distcp; finish hashes
+    # any file nobody claimed), in parallel, and rank 0 lists them all in the manifest: the file list
+    # comes from the writers, not from a directory listing another machine may not see complete yet.
+    mine = digests(tmp, sorted(f"{DCP_DIR}/{p.name}" for p in (tmp / DCP_DIR).glob(f"__{d.rank}_*.distcp")))
+    known = [mine]
+    if d.enabled:
+        known = [None] * d.world_size if d.main else None
+        dist.gather_object(mine, known, dst=0)
     final = root / f"step-{step:08d}"
     if d.main:
         save_file({"rng.torch": torch.get_rng_state()}, tmp / "rng.safetensors")
         meta = {"step": step, "format": "dcp", "world_size": d.world_size, "scalar_params": scalars,
                 "rng": rng_state(), "extra": extra}
         (tmp / "state.json").write_text(json.dumps(meta))
-        finish(root, tmp, step, keep)
+        finish(root, tmp, step, keep, {k: v for part in known for k, v in part.items()})
     if d.enabled:
         dist.barrier()  # nobody goes on (or reads `latest`) before the checkpoint is complete
     return final
+
+
+def open_sharded(root: Path, d: Dist) -> dict:
+    """checkpoint.open_checkpoint with the files' verification split over the processes; a damaged
+    checkpoint is the same one-line UserError on every process (none is left waiting in a collective)."""
+    try:
+        ckpt, error = open_checkpoint(root, share=(d.rank, d.world_size)), None
+    except UserError as e:
+        ckpt, error = None, str(e)
+    errors = [error]
+    if d.enabled:
+        errors = [None] * d.world_size
+        dist.all_gather_object(errors, error)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise UserError(first)
+    return ckpt
 
 
 def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, d: Dist) -> None:

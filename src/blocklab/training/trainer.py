@@ -16,7 +16,7 @@ from blocklab.model import count_parameters
 from blocklab.training import distributed, parallel
 from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import has_checkpoint, open_checkpoint, read_weights, restore_rng, save_checkpoint
-from blocklab.training.sharded import CheckpointException, load_sharded, save_sharded
+from blocklab.training.sharded import CheckpointException, load_sharded, open_sharded, save_sharded
 from blocklab.training.config import RunConfig, compiles, load_config, to_toml
 from blocklab.attention.modules import attention_path
 from blocklab.probes.grads import layer_grad_norms
@@ -183,8 +183,8 @@ class Trainer:
         if not has_checkpoint(ckpt_root):
             self.log(f"warning: {self.out} has no checkpoint yet; starting from step 0")
             return 0
-        ckpt = open_checkpoint(ckpt_root)
         want = "dcp" if self.cfg.train.parallel == "fsdp" else "safetensors"
+        ckpt = open_sharded(ckpt_root, self.dist) if want == "dcp" else open_checkpoint(ckpt_root)
         if ckpt["format"] != want:
             raise UserError(f"checkpoint {ckpt['path']} is {ckpt['format']} but a train.parallel="
                             f"{self.cfg.train.parallel} run reads {want} checkpoints")
