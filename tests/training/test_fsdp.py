@@ -165,6 +165,23 @@ def test_a_damaged_shard_stops_every_process_with_one_line(runs, over, tmp_path)
     assert "[rank0]: Traceback" not in p.stderr and "[rank1]: Traceback" not in p.stderr
 
 
+FIXED_PEAK = r"""
+import sys
+import blocklab.training.trainer as tr
+tr.peak_for = lambda device, precision: 1e9  # one device's peak, fixed: the measured one varies with load
+from blocklab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_mfu_is_the_whole_jobs(over, tmp_path):
+    """The global batch's tokens/s over the peak of both processes' devices."""
+    ok(train(tmp_path / "r", over, 2, ["--train.parallel", "fsdp", "--train.steps", 6], script=FIXED_PEAK))
+    s = summary(tmp_path / "r")
+    assert s["peak_flops_per_s"] == 2e9
+    assert s["mfu"] == pytest.approx(s["tokens_per_s"] * s["flops_per_token"] / 2e9, rel=1e-9)
+
+
 def test_bf16_mixed_precision_policy_trains_like_one_process_bf16(tmp_path, over):
     bf16 = ["--train.precision", "bf16"]
     ok(train(tmp_path / "one", over, 1, bf16))
