@@ -128,12 +128,12 @@ KILL_DURING_SHARDED_SAVE = r"""
 import os, signal, sys
 import blocklab.training.sharded as sh
 real = sh.finish
-def dying(root, tmp, step, keep):
+def dying(root, tmp, step, keep, known=None):
     if step == 15:  # every shard of step 15 is written: tear one, then die like kill -9 before finishing
         shard = tmp / "dcp" / "__1_0.distcp"
         shard.write_bytes(shard.read_bytes()[:100])
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(root, tmp, step, keep)
+    return real(root, tmp, step, keep, known)
 sh.finish = dying
 from blocklab.cli import main
 sys.exit(main(sys.argv[1:]))

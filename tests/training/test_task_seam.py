@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from blocklab.tokens import IGNORE_INDEX
@@ -61,6 +62,9 @@ class ReverseTask(Task):
             loss_sum = model(ids, labels=labels, loss_reduction="sum", return_logits=False).loss
         return loss_sum, (labels != IGNORE_INDEX).sum()
 
+    def loss_count(self, batch):
+        return (batch[1][:, 2:] != IGNORE_INDEX).sum()  # the positions `loss` keeps
+
     def evaluate(self, model, data, val, device, state):
         state["reverse_evals"] += 1
         return {"reverse_evals": state["reverse_evals"]}
@@ -96,3 +100,15 @@ def test_the_trainer_takes_every_task_from_the_registry(overrides, tmp_path):
         assert trainer.batches.train.tokens_per_step == 4 * 32
     finally:
         trainer.dist.close()
+
+
+def test_a_task_whose_two_counts_disagree_is_caught_at_the_first_step(tmp_path, overrides, monkeypatch):
+    """loss_count must count what loss sums (the trainer divides by it): a mismatch stops the run."""
+    monkeypatch.setitem(TASKS, "reverse", ReverseTask)
+    monkeypatch.setattr(ReverseTask, "loss_count", lambda self, batch: (batch[1] != IGNORE_INDEX).sum())
+    overrides["data"].update(seq_len=8, vocab_size=300)
+    overrides["model"].update(block="pre-ln", vocab_size=300)
+    cfg = load_config(None, overrides)
+    cfg.model.task = "reverse"
+    with pytest.raises(RuntimeError, match="ReverseTask.loss_count gives 32 loss terms for a batch whose loss has 24"):
+        train(cfg, tmp_path / "r", progress=False, log=lambda *a, **k: None)

@@ -60,6 +60,23 @@ def test_resume_is_bit_for_bit(tmp_path, overrides, monkeypatch):
     assert losses(tmp_path / "cut") == losses(tmp_path / "full")  # exact equality, steps 1..20
 
 
+def test_resuming_with_another_thread_count_warns(tmp_path, overrides):
+    """What a bit-exact resume needs (the checkpoint's `numerics`) is checked, and a change is said."""
+    overrides["train"].update(steps=10, checkpoint_every=5, warmup_steps=0)
+    train(load_config(None, overrides), tmp_path / "r", progress=False, log=lambda *a: None)
+    said, threads = [], torch.get_num_threads()
+    overrides["train"]["steps"] = 12
+    train(load_config(None, overrides), tmp_path / "r", resume=True, progress=False, log=said.append)
+    assert not any("warning: resuming with" in line for line in said)  # the same numerics: nothing to say
+    overrides["train"]["steps"] = 14
+    try:
+        torch.set_num_threads(threads + 1)
+        train(load_config(None, overrides), tmp_path / "r", resume=True, progress=False, log=said.append)
+    finally:
+        torch.set_num_threads(threads)
+    assert any(f"threads {threads} -> {threads + 1}" in line for line in said), said
+
+
 @pytest.mark.parametrize("task", ["clm", "mlm"])
 def test_bf16_autocast_and_tasks_train(tmp_path, overrides, task):
     overrides["model"]["task"] = task

@@ -59,6 +59,13 @@ def _optimizer_tensors(state: dict) -> tuple[dict, dict]:
     return tensors, scalars
 
 
+def numerics() -> dict:
+    """What decides the bits of a CPU run besides the seed (benchmarks/determinism.py measured it): a
+    resume on another torch build, CPU type, thread count or MKL branch may differ in the last digits."""
+    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(), "mkl_cbwr": os.environ.get("MKL_CBWR")}
+
+
 def rng_state() -> dict:
     np_state = np.random.get_state()
     return {"python": random.getstate()[1], "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]]}
@@ -74,7 +81,7 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizer: to
     tensors["rng.torch"] = torch.get_rng_state()
     save_file(tensors, tmp / "optimizer.safetensors")
     meta = {"step": step, "param_groups": opt["param_groups"], "optimizer_scalars": scalars,
-            "rng": rng_state(), "extra": extra}
+            "rng": rng_state(), "numerics": numerics(), "extra": extra}
     (tmp / "state.json").write_text(json.dumps(meta))
     return finish(root, tmp, step, keep)
 

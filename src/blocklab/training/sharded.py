@@ -23,7 +23,8 @@ from torch.distributed.checkpoint.api import CheckpointException  # noqa: F401 (
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from blocklab.errors import UserError
-from blocklab.training.checkpoint import DCP_DIR, begin, digests, finish, open_checkpoint, rng_state, single_process
+from blocklab.training.checkpoint import (DCP_DIR, begin, digests, finish, numerics, open_checkpoint, rng_state,
+                                         single_process)
 from blocklab.training.distributed import Dist
 
 
@@ -52,7 +53,7 @@ def save_sharded(root: Path, step: int, model: torch.nn.Module, optimizer: torch
     if d.main:
         save_file({"rng.torch": torch.get_rng_state()}, tmp / "rng.safetensors")
         meta = {"step": step, "format": "dcp", "world_size": d.world_size, "scalar_params": scalars,
-                "rng": rng_state(), "extra": extra}
+                "rng": rng_state(), "numerics": numerics(), "extra": extra}
         (tmp / "state.json").write_text(json.dumps(meta))
         finish(root, tmp, step, keep, {k: v for part in known for k, v in part.items()})
     if d.enabled:

@@ -15,7 +15,8 @@ from blocklab.errors import UserError
 from blocklab.model import count_parameters
 from blocklab.training import distributed, parallel
 from blocklab.atomic import write_atomic
-from blocklab.training.checkpoint import has_checkpoint, open_checkpoint, read_weights, restore_rng, save_checkpoint
+from blocklab.training.checkpoint import (has_checkpoint, numerics, open_checkpoint, read_weights, restore_rng,
+                                         save_checkpoint)
 from blocklab.training.sharded import CheckpointException, load_sharded, open_sharded, save_sharded
 from blocklab.training.config import RunConfig, compiles, load_config, to_toml
 from blocklab.attention.modules import attention_path
@@ -100,6 +101,7 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, t)
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
         self.grad_norms: dict[str, float] | None = None  # the last step's, on the steps that measure them
+        self._count_checked = False  # Task.loss_count against Task.loss, on the first step
         self.state = {"step": 0, "initial_loss": None, "tokens": 0, "train_seconds": 0.0, "wall_seconds": 0.0,
                       "best_eval_loss": None, "last_eval_loss": None, "last_loss": None,
                       **self.task.initial_state()}
@@ -143,13 +145,19 @@ class Trainer:
         micro = parallel.micro_batches(batch, t.grad_accum)
         # The global count of loss terms comes first, so that every micro-batch's backward already has
         # its share of the global-batch mean: k micro-batches sum to the gradient of the unsplit batch.
-        n_global = self.dist.sum(sum(self.task.loss_count(b) for b in micro).to(self.dist.device)).clamp_min(1)
-        total = 0.0
+        n_local = sum(self.task.loss_count(b) for b in micro).to(self.dist.device)
+        n_global = self.dist.sum(n_local).clamp_min(1)
+        total, counted = 0.0, 0
         for i, part in enumerate(micro):
             with parallel.gradient_sync(self.forward, sync=i == len(micro) - 1):
-                loss_sum, _ = self.loss_terms(part, self.forward)
+                loss_sum, n = self.loss_terms(part, self.forward)
                 self.scaler.scale(loss_sum / n_global * self.dist.world_size).backward()
-            total = total + loss_sum.detach()
+            total, counted = total + loss_sum.detach(), counted + n
+        if not self._count_checked:  # a task's two counts must agree, or every loss is off by their ratio
+            if int(counted) != int(n_local):
+                raise RuntimeError(f"{type(self.task).__name__}.loss_count gives {int(n_local)} loss terms for a batch "
+                                   f"whose loss has {int(counted)}")
+            self._count_checked = True
         # Per-layer gradient norms on the steps that get a row only (nothing on the others): unscaled, so
         # true gradients, and before clipping. One unscale_: scaler.step skips it once done here, and
         # it is a no-op without fp16, so the update is the same bit for bit. Under DDP the gradients
@@ -201,6 +209,11 @@ class Trainer:
             first = next(iter(e.failures.values()), e)
             raise UserError(f"checkpoint {ckpt['path']} does not fit this model: {str(first).splitlines()[0]}") from None
         restore_rng(ckpt)
+        saved, now = ckpt["meta"].get("numerics"), numerics()
+        if saved and saved != now and self.dist.device.type == "cpu" and self.dist.main:
+            changed = ", ".join(f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v)
+            self.log(f"warning: resuming with {changed}: the losses may differ from an uninterrupted run's in the "
+                     "last digits (a bit-exact resume needs the same torch build, CPU type, thread count and MKL_CBWR)")
         self.state.update(ckpt["extra"])
         return ckpt["step"]
 

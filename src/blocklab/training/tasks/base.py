@@ -2,7 +2,7 @@
 `TrainSpec`).
 
 A task owns its data (preparing the corpus, the training and validation batches), its model, the
-loss terms of a batch, what it adds at evaluation steps (BLEU for translation) and to summary.json.
+loss terms of a batch and their count, what it adds at evaluation steps (BLEU for translation) and to summary.json.
 The trainer (training/trainer.py) owns the loop: optimiser, schedule, precision, DDP, checkpoints,
 logging, divergence and stall detection, and it never tests a task's name: it looks the task up in
 the registry (training/tasks/__init__.py) by `model.task` and calls the methods below.
