@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed.checkpoint as dcp
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
@@ -164,7 +164,8 @@ def open_checkpoint(root: Path, step: int | None = None, share: tuple[int, int] 
                 raise UserError(f"checkpoint {ckpt} is corrupted: {name} does not match its checksum")
         meta = json.loads((ckpt / "state.json").read_text())
         fmt = meta.get("format", "safetensors")
-        rng = load_file(ckpt / ("optimizer.safetensors" if fmt == "safetensors" else "rng.safetensors"))["rng.torch"]
+        with safe_open(ckpt / ("optimizer.safetensors" if fmt == "safetensors" else "rng.safetensors"), "pt") as f:
+            rng = f.get_tensor("rng.torch")  # this tensor only, not the optimizer's state
     return {"step": meta["step"], "path": ckpt, "format": fmt, "extra": meta["extra"], "rng": meta["rng"],
             "torch_rng": rng, "meta": meta}
 
