@@ -221,10 +221,11 @@ def _dcp_model_state(path: Path, scalars: list[str]) -> dict:
 
 
 @contextlib.contextmanager
-def single_process():
-    """DCP without a process group: deliberate here, so not worth its warning on every load."""
+def single_process(alone: bool = True):
+    """DCP without a process group (`alone`): deliberate here, so not worth its warning on every call."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        if alone:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         yield
 
 

@@ -96,11 +96,16 @@ def gradient_sync(forward: nn.Module, sync: bool):
     return contextlib.nullcontext()
 
 
+def pieces(batch, rows: int) -> list[tuple]:
+    """A batch (a tuple of tensors, rows first) in consecutive pieces of `rows` rows (the last may be
+    smaller), in order; views, not copies."""
+    return list(zip(*(x.split(rows) for x in batch)))
+
+
 def micro_batches(batch, k: int) -> list:
-    """A batch (a tuple of tensors, rows first) as k batches of equal rows, in order."""
+    """A batch as k pieces of equal rows, in order."""
     if k == 1:
         return [batch]
-    rows = len(batch[0])
-    if rows % k:
-        raise ValueError(f"{rows} rows do not split into {k} micro-batches")
-    return [tuple(x[i * rows // k:(i + 1) * rows // k] for x in batch) for i in range(k)]
+    if len(batch[0]) % k:
+        raise ValueError(f"{len(batch[0])} rows do not split into {k} micro-batches")
+    return pieces(batch, len(batch[0]) // k)

@@ -10,7 +10,6 @@ and finetune (checkpoint.load_checkpoint).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
-from torch.distributed.checkpoint.api import CheckpointException  # noqa: F401 (the trainer catches it)
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from blocklab.errors import UserError
@@ -39,7 +38,7 @@ def save_sharded(root: Path, step: int, model: torch.nn.Module, optimizer: torch
     if d.enabled:
         dist.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    with contextlib.nullcontext() if d.enabled else single_process():
+    with single_process(not d.enabled):
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp / DCP_DIR, no_dist=not d.enabled)
     # Each process syncs and hashes the shards it wrote (DCP names them __{rank}_{i}.distcp; finish hashes
     # any file nobody claimed), in parallel, and rank 0 lists them all in the manifest: the file list
@@ -83,6 +82,10 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
     not, on any number of processes (each reads the pieces of its own shards)."""
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    with contextlib.nullcontext() if d.enabled else single_process():
-        dcp.load(state, checkpoint_id=path / DCP_DIR, no_dist=not d.enabled)
+    try:
+        with single_process(not d.enabled):
+            dcp.load(state, checkpoint_id=path / DCP_DIR, no_dist=not d.enabled)
+    except CheckpointException as e:  # a BaseException: the first process's first failure, as one line
+        first = next(iter(e.failures.values()), e)
+        raise UserError(f"checkpoint {path} does not fit this model: {str(first).splitlines()[0]}") from None
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])

@@ -17,7 +17,7 @@ from blocklab.training import distributed, parallel
 from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import (has_checkpoint, numerics, open_checkpoint, read_weights, restore_rng,
                                          save_checkpoint)
-from blocklab.training.sharded import CheckpointException, load_sharded, open_sharded, save_sharded
+from blocklab.training.sharded import load_sharded, open_sharded, save_sharded
 from blocklab.training.config import RunConfig, compiles, load_config, to_toml
 from blocklab.attention.modules import attention_path
 from blocklab.probes.grads import layer_grad_norms
@@ -132,7 +132,7 @@ class Trainer:
         total, count = 0.0, 0
         rows = self.cfg.train.batch_size // (self.dist.world_size * self.cfg.train.grad_accum)
         for batch in self.batches.val.val_batches(self.cfg.train.eval_batches):
-            for part in zip(*(x.split(rows) for x in batch)):
+            for part in parallel.pieces(batch, rows):
                 s, n = self.loss_terms(part, self.model)
                 total, count = total + s.item(), count + n.item()
         self.model.train()
@@ -205,9 +205,6 @@ class Trainer:
                 self.optimizer.load_state_dict(ckpt["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
             raise UserError(f"checkpoint {ckpt['path']} does not fit this model: {str(e).splitlines()[0]}") from None
-        except CheckpointException as e:  # DCP's, a BaseException: the first process's first failure
-            first = next(iter(e.failures.values()), e)
-            raise UserError(f"checkpoint {ckpt['path']} does not fit this model: {str(first).splitlines()[0]}") from None
         restore_rng(ckpt)
         saved, now = ckpt["meta"].get("numerics"), numerics()
         if saved and saved != now and self.dist.device.type == "cpu" and self.dist.main:
