@@ -6,6 +6,7 @@ import torch.nn as nn
 
 from blocklab import BLOCKS, ModelConfig, build_model
 from blocklab.blocks import FAMILIES, HIDDEN_NORM_LAWS, REGISTRY, BlockSpec, Predictions, register, unregister
+from blocklab.registry import block_recipe
 from blocklab.blocks.classic import PreLN, PreLNDecoderBlock
 from blocklab.blocks.decoder import DecoderBlock
 from blocklab.config import TASKS
@@ -81,6 +82,37 @@ def test_spec_validation_names_field_value_and_choices(facts, words):
         BlockSpec(PreLN, **{**base, **facts})
     for w in words:
         assert w in str(e.value)
+
+@pytest.mark.parametrize("facts, words", [
+    (dict(recipe=(("weight_decay", 0.0),), recipe_source="x"), ["'weight_decay'", "section.option", "model, data"]),
+    (dict(recipe=(("optim.wd", 0.0),), recipe_source="x"), ["'optim.wd'", "train"]),
+    (dict(recipe=(("train.lr", 1e-3),), recipe_source="x"), ["'train.lr'", "tuned"]),
+    (dict(recipe=(("model.block", "pre-ln"),), recipe_source="x"), ["'model.block'"]),
+    (dict(recipe=(("train.weight_decay", 0.0),)), ["recipe_source"]),
+    (dict(recipe=(("train.weight_decay", 0.0),), recipe_source=" "), ["recipe_source=' '"]),
+    (dict(recipe_source="Sec. 1"), ["recipe_source='Sec. 1'"]),
+    (dict(recipe=(("train.weight_decay", 0.0), ("train.weight_decay", 0.1)), recipe_source="x"), ["twice"]),
+    (dict(recipe=(("train.weight_decay", None),), recipe_source="x"), ["train.weight_decay=None"]),
+    (dict(recipe=(("train.weight_decay", float("nan")),), recipe_source="x"), ["train.weight_decay=nan"]),
+    (dict(recipe="train.weight_decay=0", recipe_source="x"), ["pairs"]),
+])
+def test_recipe_validation(facts, words):
+    with pytest.raises(ValueError) as e:
+        BlockSpec(PreLN, label="Toy", family="classic", colour="#123456", **facts)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_block_recipe():
+    assert block_recipe("ngpt") == {"train.weight_decay": 0.0, "train.warmup_steps": 0}
+    assert REGISTRY["ngpt"].recipe_source == "Loshchilov et al. 2024, Sec. 2.6"
+    assert block_recipe("pre-ln") == {} and REGISTRY["pre-ln"].recipe_source is None
+    with pytest.raises(ValueError, match="block='nope' is not registered; choose one of: post-ln, pre-ln"):
+        block_recipe("nope")
+    spec = BlockSpec(PreLN, label="Toy", family="classic", colour="#123456",
+                     recipe={"train.warmup_steps": 0, "model.dyt_alpha": 0.8}, recipe_source="Toy et al., Table 1")
+    assert spec.recipe == (("train.warmup_steps", 0), ("model.dyt_alpha", 0.8)) and hash(spec)
+
 
 @pytest.mark.parametrize("facts, word", [
     (dict(hidden_norm="quadratic", hidden_norm_source="x"), "hidden_norm='quadratic'"),

@@ -9,9 +9,11 @@ report's labels and colours (reporting/) all read the block's spec from `REGISTR
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
+from blocklab.overrides import SECTIONS
 from blocklab.validate import choice
 
 # The tasks a model can be built for; each block's spec names those it offers.
@@ -43,6 +45,11 @@ NORM_FREE_LAWS = ("identity", "sphere")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
+_SETTING = re.compile(rf"({'|'.join(SECTIONS)})\.[a-z_][a-z0-9_]*")
+# Never part of a recipe: the learning rate is the tuned setting (SPEC section 10: every group at its own
+# best rate), and the block is what the recipe belongs to.
+NOT_RECIPE = {"train.lr": "the learning rate is tuned, never a recipe",
+              "model.block": "a recipe belongs to its block and cannot change it"}
 
 
 def _flag(owner: str, field: str, value) -> None:
@@ -115,6 +122,12 @@ class BlockSpec:
     sphere       nGPT's unit-sphere model: the embeddings are re-normalised after every optimizer step and the
                  logits get a trainable scale s_z per vocabulary entry (model/base.py)
     predictions  what the papers predict at init (Predictions)
+    recipe       the block paper's training settings, as ("section.option", value) pairs ("train.weight_decay",
+                 0.0): only what the paper states as part of its method and that differs from the package's
+                 default; constants of the block itself live in its class. Applied to the settings a run leaves
+                 unset (training/config.py apply_recipe; SPEC section 10 for the order)
+    recipe_source  the paper section or table the recipe comes from ("Loshchilov et al. 2024, Sec. 2.6"),
+                 required with a recipe and only with one
     """
 
     cls: type
@@ -131,6 +144,8 @@ class BlockSpec:
     options: tuple[str, ...] = OPTIONS
     sphere: bool = False
     predictions: Predictions = Predictions()
+    recipe: tuple[tuple[str, object], ...] = ()
+    recipe_source: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.cls, type):
@@ -166,11 +181,40 @@ class BlockSpec:
         object.__setattr__(self, "options", tuple(self.options))
         if not isinstance(self.predictions, Predictions):
             raise ValueError(f"BlockSpec predictions={self.predictions!r} is not valid; it must be a Predictions")
+        object.__setattr__(self, "recipe", _recipe(self.recipe))
+        source = self.recipe_source
+        if source is not None and not (isinstance(source, str) and source.strip()):
+            raise ValueError(f"BlockSpec recipe_source={source!r} is not valid; name the paper's section or table")
+        if bool(self.recipe) != (source is not None):
+            raise ValueError(f"BlockSpec recipe={self.recipe!r} needs a recipe_source, and only it: "
+                             f"got recipe_source={source!r}")
 
     @property
     def public(self) -> bool:
         """A block of SPEC sections 2 and 2b (listed in BLOCKS), not an ablation for the probes."""
         return self.family != "ablation"
+
+
+def _recipe(recipe) -> tuple[tuple[str, object], ...]:
+    """Validate a recipe (pairs or a dict) and return it as a tuple of (dotted key, value) pairs."""
+    pairs = tuple(recipe.items()) if isinstance(recipe, dict) else recipe
+    if isinstance(pairs, str) or not isinstance(pairs, (tuple, list)) or any(
+            not isinstance(p, (tuple, list)) or len(p) != 2 for p in pairs):
+        raise ValueError(f"BlockSpec recipe={recipe!r} is not valid; give (\"section.option\", value) pairs")
+    seen = set()
+    for key, value in pairs:
+        if not isinstance(key, str) or not _SETTING.fullmatch(key):
+            raise ValueError(f"BlockSpec recipe key {key!r} is not valid; write section.option with section one "
+                             f"of: {', '.join(SECTIONS)}")
+        if key in NOT_RECIPE:
+            raise ValueError(f"BlockSpec recipe key {key!r} is not valid: {NOT_RECIPE[key]}")
+        if key in seen:
+            raise ValueError(f"BlockSpec recipe key {key!r} is given twice")
+        seen.add(key)
+        if not isinstance(value, (bool, int, float, str)) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"BlockSpec recipe {key}={value!r} is not valid; a value is a finite number, a bool "
+                             "or a string")
+    return tuple((key, value) for key, value in pairs)
 
 
 REGISTRY: dict[str, BlockSpec] = {}
@@ -196,8 +240,18 @@ def register(name: str, **facts):
     return wrap
 
 
-def unregister(name: str) -> BlockSpec:
-    """Remove a block (tests register throwaway blocks); returns its spec."""
+def _known(name: str) -> BlockSpec:
     if name not in REGISTRY:
         raise ValueError(f"block={name!r} is not registered; choose one of: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def unregister(name: str) -> BlockSpec:
+    """Remove a block (tests register throwaway blocks); returns its spec."""
+    _known(name)
     return REGISTRY.pop(name)
+
+
+def block_recipe(name: str) -> dict[str, object]:
+    """The block paper's training settings, {"section.option": value} (empty for a block without a recipe)."""
+    return dict(_known(name).recipe)

@@ -133,7 +133,7 @@ def test_torchrun_ddp_matches_single_process(tmp_path, overrides, task):
     assert single.returncode == 0, single.stderr
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "blocklab", "train", "--out", str(tmp_path / "two"), *map(str, as_args(overrides))]
-    ddp = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    ddp = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(a) == len(b) == 6  # only rank 0 writes

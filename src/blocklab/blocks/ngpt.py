@@ -21,8 +21,9 @@ puts the sum on the sphere (nGPT applies RoPE to q and k instead). The MLP's hid
 each of u and v (the code's 4d each), so the block has d*d_ff more weights than Pre-LN at the same d_ff.
 The sqrt(d) multiplies v only, as the paper's eq. 21 (the code multiplies u too, a constant the Norm
 after the MLP removes). The head is tied to the embedding when the config says so (nGPT unties it:
-`tie_embeddings=false` for the paper's). No weight decay and no warm-up are the paper's recipe: the
-zoo preset sets them.
+`tie_embeddings=false` for the paper's). No weight decay and no warm-up are the paper's recipe (Sec. 2.6,
+"Summary of modifications", drops both from the optimisation): the block's `recipe` below, applied to
+whichever of the two a run leaves unset.
 """
 from __future__ import annotations
 
@@ -96,6 +97,8 @@ class NormalisedMLP(nn.Module):
 
 @register("ngpt", label="nGPT", family="successor", colour="#dbdb8d", final_norm=False, has_norms=False,
           options=(), sphere=True,
+          recipe=(("train.weight_decay", 0.0), ("train.warmup_steps", 0)),
+          recipe_source="Loshchilov et al. 2024, Sec. 2.6",
           predictions=Predictions(hidden_norm="sphere", hidden_norm_source="nGPT: every block ends with Norm, "
                                                                             "|h_l| = 1"))
 class NGPT(nn.Module):

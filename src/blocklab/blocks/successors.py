@@ -20,6 +20,8 @@ from blocklab.layers import MLP, Dropout, gain, norm_layer
 from blocklab.registry import Predictions, register
 
 
+# No recipe: the paper reports deep ReZero stacks trained without warm-up (Sec. 1) as a result, not as a
+# setting of the method, so ReZero runs take the shared recipe like the other blocks.
 @register("rezero", label="ReZero", family="successor", colour="#aec7e8", final_norm=False, has_norms=False,
           dropout=True, options=("qk_norm",),
           predictions=Predictions(hidden_norm="identity", hidden_norm_source="ReZero: every block is the identity "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from blocklab.training.config import describe_options, load_config
+from blocklab.training.config import describe_options, describe_recipes, load_config
 
 
 def add_parser(sub) -> None:
@@ -15,8 +15,11 @@ def add_parser(sub) -> None:
                     "directory gets config.toml, metrics.jsonl, summary.json, checkpoints/ and tb/ "
                     "(TensorBoard). Under torchrun the same command trains with DistributedDataParallel, or FSDP2 with "
                     "--train.parallel fsdp (sharded checkpoints); --train.grad_accum and --train.activation_checkpointing "
-                    "trade compute for memory (README: Scaling out).",
-        epilog="options (--SECTION.KEY VALUE, or --SECTION.KEY=VALUE):\n" + describe_options(),
+                    "trade compute for memory (README: Scaling out). A block's paper recipe (listed below) fills "
+                    "in the settings that neither the file nor an override sets; the training log and "
+                    "summary.json (\"recipe\") say which values it applied.",
+        epilog="options (--SECTION.KEY VALUE, or --SECTION.KEY=VALUE):\n" + describe_options()
+               + "\n\nblock recipes (the paper's settings; the learning rate is always yours):\n" + describe_recipes(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", help="TOML config file (optional)")
     p.add_argument("--out", required=True, help="run directory")
@@ -35,9 +38,11 @@ def run(args) -> int:
 
     saved = Path(args.out) / "config.toml"
     # Resuming starts from the run's own resolved config, so values derived from the first
-    # invocation (the 5% warm-up, say) survive a changed --train.steps.
-    base = args.config or (saved if args.resume and saved.is_file() else None)
-    cfg = load_config(base, args.overrides)
+    # invocation (the 5% warm-up, say) survive a changed --train.steps. That config already holds the
+    # recipe values the run took, so the recipe is not applied to it again (the trainer keeps the list).
+    from_saved = not args.config and args.resume and saved.is_file()
+    base = saved if from_saved else (args.config or None)
+    cfg = load_config(base, args.overrides, recipe=not from_saved)
     summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
                     progress=False if args.no_progress else None)
     if summary.get("world_size", 1) == 1 or __import__("os").environ.get("RANK", "0") == "0":

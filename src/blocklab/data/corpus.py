@@ -49,6 +49,19 @@ class Corpus:
         return float(self.stats["unigram_entropy"])
 
     @property
+    def unigram_eval_loss(self) -> float:
+        """Cross-entropy (nats) of the validation split under the training split's token frequencies
+        (add-one smoothed, so a token unseen in training costs a finite amount): the eval loss of a model
+        that learned only unigram statistics. A sweep's failed runs score it (SPEC 10's cap)."""
+        if "unigram_eval_loss" not in self.stats:
+            v = self.vocab_size
+            counts = np.bincount(self.train, minlength=v).astype(np.float64)
+            log_p = np.log((counts + 1.0) / (counts.sum() + v))
+            val = np.bincount(self.val, minlength=v).astype(np.float64)
+            self.stats["unigram_eval_loss"] = float(-(val * log_p[:len(val)]).sum() / max(val.sum(), 1.0))
+        return float(self.stats["unigram_eval_loss"])
+
+    @property
     def special_ids(self) -> tuple[int, ...]:
         return (self.pad_id, self.mask_id, self.eod_id)
 

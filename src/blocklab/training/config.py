@@ -10,6 +10,7 @@ from pathlib import Path
 
 from blocklab.overrides import parse_overrides as parse_tokens
 from blocklab.config import ModelConfig, model_choices
+from blocklab.registry import REGISTRY
 from blocklab.validate import choice, positive
 from blocklab.data import DataConfig
 from blocklab.errors import UserError
@@ -132,6 +133,9 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # The block recipe's values that filled settings this run left unset ({"train.weight_decay": 0.0}), for
+    # the log and summary.json. Not a TOML section: the values themselves are in model/data/train.
+    recipe: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
@@ -208,7 +212,41 @@ def read_toml(path: str | Path, what: str = "config file") -> dict:
         raise UserError(f"{what} {p} is not valid TOML: {e}") from None
 
 
-def load_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> RunConfig:
+def apply_recipe(raw: dict) -> tuple[dict, dict]:
+    """Fill in the recipe of raw's block (REGISTRY[block].recipe; model.block unset: the default block).
+
+    `raw` is the nested {"model": {...}, "data": {...}, "train": {...}} of the settings a run sets itself;
+    a recipe value goes only where raw has no value for its key, so every explicit setting wins (SPEC
+    section 10: package defaults < block recipe < the run's own settings). Returns (a new raw, the values
+    applied as {"section.option": value}); raw itself is left as it was. An unknown block applies nothing
+    (RunConfig.from_dict then names the valid ones).
+    """
+    new = {section: dict(values) if isinstance(values, dict) else values for section, values in raw.items()}
+    model = new.get("model")
+    block = model.get("block", ModelConfig.block) if isinstance(model, dict) else ModelConfig.block
+    spec = REGISTRY.get(block) if isinstance(block, str) else None
+    applied: dict = {}
+    for key, value in spec.recipe if spec is not None else ():
+        section, option = key.split(".", 1)
+        values = new.setdefault(section, {})
+        if isinstance(values, dict) and option not in values:
+            values[option] = applied[key] = value
+    return new, applied
+
+
+def describe_recipe(block: str, applied: dict) -> str:
+    """One line for the training log: 'recipe of nGPT (Loshchilov et al. 2024, Sec. 2.6): train.weight_decay=0.0'."""
+    spec = REGISTRY[block]
+    values = ", ".join(f"{k}={v!r}" for k, v in applied.items())
+    return f"recipe of {spec.label} ({spec.recipe_source}): {values}"
+
+
+def load_config(path: str | Path | None, overrides: list[str] | dict | None = None, recipe: bool = False) -> RunConfig:
+    """The file's settings, then the overrides over them; with `recipe`, the block's recipe fills in the
+    settings that neither sets (apply_recipe), and RunConfig.recipe records what it filled in.
+
+    Off by default: a stored run's config.toml is loaded as it is, and a sweep orders the recipe among its
+    own layers itself."""
     raw: dict = {}
     if path is not None:
         p = Path(path)
@@ -219,7 +257,12 @@ def load_config(path: str | Path | None, overrides: list[str] | dict | None = No
     over = parse_overrides(overrides) if isinstance(overrides, list) else (overrides or {})
     for section, values in over.items():
         raw.setdefault(section, {}).update(values)
-    return RunConfig.from_dict(raw)
+    applied: dict = {}
+    if recipe:
+        raw, applied = apply_recipe(raw)
+    cfg = RunConfig.from_dict(raw)
+    cfg.recipe = applied
+    return cfg
 
 
 def to_toml(cfg: RunConfig) -> str:
@@ -256,3 +299,9 @@ def describe_options() -> str:
                 line += f"; one of: {', '.join(choices[(section, f.name)])}"
             out.append(line)
     return "\n".join(out)
+
+
+def describe_recipes() -> str:
+    """Each block recipe, for `blocklab train --help`."""
+    return "\n".join(f"  {b:<12} {', '.join(f'--{k} {v!r}' for k, v in spec.recipe)}  ({spec.recipe_source})"
+                     for b, spec in REGISTRY.items() if spec.public and spec.recipe)

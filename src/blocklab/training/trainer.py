@@ -6,6 +6,7 @@ import json
 import math
 import shutil
 import signal
+import statistics
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import (has_checkpoint, numerics, open_checkpoint, read_weights, restore_rng,
                                          save_checkpoint)
 from blocklab.training.sharded import load_sharded, open_sharded, save_sharded
-from blocklab.training.config import RunConfig, compiles, load_config, to_toml
+from blocklab.training.config import RunConfig, compiles, describe_recipe, load_config, to_toml
 from blocklab.attention.modules import attention_path
 from blocklab.probes.grads import layer_grad_norms
 from blocklab.training.logger import MetricsLogger, grad_values
@@ -102,8 +103,10 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
         self.grad_norms: dict[str, float] | None = None  # the last step's, on the steps that measure them
         self._count_checked = False  # Task.loss_count against Task.loss, on the first step
+        # The block recipe's applied values travel in the checkpoint's run state: a resumed run loads its
+        # stored config, which already holds them, so nothing is applied then, yet the run still follows them.
         self.state = {"step": 0, "initial_loss": None, "tokens": 0, "train_seconds": 0.0, "wall_seconds": 0.0,
-                      "best_eval_loss": None, "last_eval_loss": None, "last_loss": None,
+                      "best_eval_loss": None, "last_eval_loss": None, "last_loss": None, "recipe": dict(cfg.recipe),
                       **self.task.initial_state()}
         flops = flops_per_token(self.model, cfg.data.seq_len, self.task.attention_layers(self.model))
         # MFU of the whole job: the global batch's tokens/s against the peak of every process's device.
@@ -129,13 +132,19 @@ class Trainer:
         """The mean loss over the evaluation batches, each taken in pieces of a training micro-batch's
         rows: what fits training fits evaluation (every process computes all of it)."""
         self.model.eval()
-        total, count = 0.0, 0
+        total, count, means = 0.0, 0, []
         rows = self.cfg.train.batch_size // (self.dist.world_size * self.cfg.train.grad_accum)
         for batch in self.batches.val.val_batches(self.cfg.train.eval_batches):
+            b_total, b_count = 0.0, 0
             for part in parallel.pieces(batch, rows):
                 s, n = self.loss_terms(part, self.model)
-                total, count = total + s.item(), count + n.item()
+                b_total, b_count = b_total + s.item(), b_count + n.item()
+            total, count = total + b_total, count + b_count
+            means.append(b_total / max(b_count, 1))
         self.model.train()
+        # The eval loss's own noise (its standard error over the evaluation batches): a sweep's verdicts
+        # compare it with the spread over seeds, which it must stay well below.
+        self.state["last_eval_se"] = statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else None
         return total / max(count, 1)
 
     def train_step(self, step: int) -> float:
@@ -224,9 +233,11 @@ class Trainer:
     def summary(self, status: str, step: int, extra: dict | None = None) -> dict:
         s, t = self.state, self.cfg.train
         out = {"status": status, "step": step, "steps": t.steps, "block": self.cfg.model.block,
-               "task": self.cfg.model.task, "n_params": count_parameters(self.model),
+               "task": self.cfg.model.task, "recipe": dict(s.get("recipe") or {}),
+               "n_params": count_parameters(self.model),
                "initial_loss": s["initial_loss"], "final_loss": s["last_loss"],
-               "final_eval_loss": s["last_eval_loss"], "best_eval_loss": s["best_eval_loss"],
+               "final_eval_loss": s["last_eval_loss"], "final_eval_se": s.get("last_eval_se"),
+               "best_eval_loss": s["best_eval_loss"],
                "tokens": s["tokens"], "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
                "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled,
                "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype()),
@@ -234,6 +245,8 @@ class Trainer:
                "peak_memory_mb": self.dist.max(peak_memory_mb(self.dist.device))}
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
         out.update(self.task.summary_fields(s))
+        if hasattr(self.data, "unigram_eval_loss"):  # language-model corpora: the score of a failed run
+            out["unigram_eval_loss"] = self.data.unigram_eval_loss
         out.update(extra or {})
         if self.dist.main:
             write_atomic(self.out / "summary.json", json.dumps(out, indent=2) + "\n")
@@ -251,6 +264,8 @@ class Trainer:
         if self.dist.main:
             write_atomic(self.out / "config.toml", to_toml(self.cfg))
             self.data.tokenizer.save(str(self.out / "tokenizer.json"))
+            if self.state["recipe"]:
+                self.log(describe_recipe(self.cfg.model.block, self.state["recipe"]))
         stall = stall_detector(t, self.data.unigram_entropy, self.state)
         if self.state.get("stalled_step") is not None and stall.stalled():
             # The uninterrupted run stopped here: resuming makes the same decision, not one more step.
