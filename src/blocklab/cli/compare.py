@@ -2,12 +2,21 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 SWEEP_FORMAT = """\
 SWEEP.toml:
   name = "my-sweep"
   description = "..."
-  seeds = [0, 1]        # optional: every run once per seed; the report shows mean ± sd
+  seeds = [0, 1]        # optional: the final seeds; the verdicts give mean, 95% interval and a corrected test
+  [tune]                # optional: each group at its own best value of one setting ([experiments.NAME.tune]
+  key = "train.lr"      # for one experiment); the final seeds then run at each group's best
+  values = [1e-3, 3e-3, 1e-2]   # or min = 1e-4, max = 1e-2, points = 5 (log-spaced)
+  seeds = [2]           # tuning seeds (default: max(seeds) + 1, kept apart from the final seeds)
+  tolerance = 0.1       # nats: the stable and trainable ranges
+  [[sizes]]             # optional, repeatable: the whole sweep at each size (dotted settings), then a
+  "model.d_model" = 64  # frontier of loss against training FLOPs per group
+  "train.steps" = 100
   [base.model]          # any [model]/[data]/[train] option of `blocklab train`
   d_model = 128
   [base.train]
@@ -41,16 +50,31 @@ def add_parser(sub) -> None:
                         for name, p in PRESETS.items())
     p = sub.add_parser(
         "compare", help="train several configurations side by side and write a report",
-        description="Run a sweep (a preset or a SWEEP.toml): every run is an ordinary training run in "
-                    "DIR/runs/NAME, so an interrupted sweep continues where it stopped when the same command "
-                    "is run again; a diverged or stalled run is recorded and the sweep goes on. Then the init probes "
-                    "(if the sweep has them) and `blocklab report DIR`. Dotted overrides "
-                    "(--train.steps 50) apply to every run.",
+        description="Run a sweep (a preset or a SWEEP.toml) and say which block is better, by how much and how "
+                    "sure: each group at its own best learning rate (or other tuned setting) on tuning seeds, then "
+                    "its final seeds there; DIR/verdicts.json holds every group's curve, best value, stable and "
+                    "trainable ranges, mean and 95% interval, and each comparison against the experiment's "
+                    "reference (Welch, Holm-corrected across the sweep). Every run is an ordinary training run in "
+                    "DIR/runs/NAME, so an interrupted sweep continues where it stopped when the same command is "
+                    "run again; a diverged or stalled run scores the cap and the sweep goes on. A stored run whose "
+                    "settings differ from what the sweep now asks is never reused: compare refuses, or with "
+                    "--rerun-changed moves it to DIR/replaced/. Then the init probes (if the sweep has them) and "
+                    "`blocklab report DIR`. Dotted overrides (--train.steps 50) apply to every run, over every "
+                    "other setting; a block's paper recipe (e.g. nGPT: no weight decay, no warm-up) applies "
+                    "where neither the group nor the command line sets the key.",
         epilog=f"presets:\n{presets}\n\n{SWEEP_FORMAT}", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", nargs="?", help="SWEEP.toml file (or use --preset)")
     p.add_argument("--preset", help=f"a built-in sweep: {', '.join(PRESETS)}")
-    p.add_argument("--out", required=True, help="sweep directory")
-    p.add_argument("--list", action="store_true", help="list the runs and exit without training")
+    p.add_argument("--out", help="sweep directory (needed unless --list)")
+    p.add_argument("--list", action="store_true", help="list the runs and exit without training (needs no --out)")
+    p.add_argument("--seeds", help="comma-separated final seeds replacing the sweep's, e.g. 3,4 (the default "
+                                   "tuning seed follows: max + 1)")
+    p.add_argument("--jobs", type=int, help="runs at once, each a process with its share of the threads (one per "
+                                            "GPU on several GPUs); default: one single-threaded run per core "
+                                            "when every model has d_model <= 256 on a CPU, else 1")
+    p.add_argument("--rerun-changed", action="store_true",
+                   help="move stored runs whose settings differ from the sweep's to DIR/replaced/ and train "
+                        "them again (without it, compare refuses such a directory)")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run, accepts_overrides=True)
@@ -61,23 +85,82 @@ def run(args) -> int:
 
     from blocklab.errors import UserError
     from blocklab.experiments import load_sweep, run_probes, run_sweep
+    from blocklab.experiments.jobs import default_jobs
     from blocklab.training.config import parse_overrides
 
     if bool(args.preset) == bool(args.sweep):
         raise UserError("give either --preset NAME or a SWEEP.toml file")
-    sweep = load_sweep(args.preset or args.sweep, parse_overrides(args.overrides))
+    seeds = _seeds(args.seeds) if args.seeds is not None else None
+    sweep = load_sweep(args.preset or args.sweep, parse_overrides(args.overrides), seeds)
     if args.list:
-        for r in sweep.runs:
-            print(f"{r.name:<24} {r.label}")
+        _list(sweep)
         return 0
-    print(f"sweep {sweep.name}: {len(sweep.runs)} runs into {args.out} ({sweep.expected_cost or 'cost unknown'})")
-    result = run_sweep(sweep, args.out, progress=False if args.no_progress else None)
+    if not args.out:
+        raise UserError("--out DIR is needed to run the sweep (only --list goes without it)")
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs} is not valid; give a positive number of runs at once")
+    jobs = args.jobs or default_jobs([r.config for r in sweep.runs])
+    n_final = sum(len(sweep.final_seeds()) for g in sweep.groups if sweep.tune_of(g)) * len(sweep.size_indices())
+    print(f"sweep {sweep.name}: {len(sweep.runs) + n_final} runs into {args.out}, {jobs} at a time "
+          f"({sweep.expected_cost or 'cost unknown'})", file=sys.stderr)
+    result = run_sweep(sweep, args.out, progress=False if args.no_progress else None, jobs=jobs,
+                       rerun_changed=args.rerun_changed, log=_log)
     if result["status"] == "interrupted":
         return 130
-    run_probes(sweep, Path(args.out))
+    run_probes(sweep, Path(args.out), log=_log)
+    for line in verdict_lines(result.get("verdicts") or {}):
+        print(line)
+    print(f"verdicts: {Path(args.out) / 'verdicts.json'}")
     if not args.no_report:
         from blocklab.reporting import write_report
 
         html, md = write_report(args.out)
         print(f"report: {html}\n        {md}")
     return 0
+
+
+def _log(*parts) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def _seeds(text: str) -> list[int]:
+    from blocklab.errors import UserError
+
+    try:
+        seeds = [int(x) for x in text.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise UserError(f"--seeds {text!r} is not valid; give distinct integers >= 0 separated by commas, e.g. 3,4")
+    return seeds
+
+
+def _list(sweep) -> None:
+    for r in sweep.runs:
+        print(f"{r.name:<28} {r.label}{' (tuning)' if r.phase == 'tune' else ''}")
+    for g in sweep.groups:
+        tune = sweep.tune_of(g)
+        if tune is not None:
+            print(f"{g.name + '_...':<28} {g.label}: final seeds {sweep.final_seeds()} at its best {tune.key}, "
+                  "after tuning")
+
+
+def verdict_lines(verdicts: dict) -> list[str]:
+    """The verdicts in a few lines for the terminal: each comparison with its difference, interval and seeds."""
+    lines = []
+    for exp, result in (verdicts.get("experiments") or {}).items():
+        lines.append(f"{exp}: reference {result['groups'][result['reference']]['label']}")
+        for name, c in result["comparisons"].items():
+            g = result["groups"][name]
+            best = "" if g.get("best") is None else f" at {result['tuned']} {g['best']:g}" \
+                if isinstance(g["best"], float) else f" at {g['best']}"
+            if c["ci95"] is not None:
+                lines.append(f"  {g['label']}{best}: {c['verdict']}, difference {c['difference']:+.3f} "
+                             f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], p_holm {c['p_holm']:.2g}, "
+                             f"seeds {c['n'][0]} vs {c['n'][1]}")
+            else:
+                d = "n/a" if c["difference"] is None else f"{c['difference']:+.3f}"
+                lines.append(f"  {g['label']}{best}: {c['verdict']}, difference {d} (no interval)")
+    for claim in verdicts.get("claims") or []:
+        lines.append(f"claim ({claim['paper']}) {claim['claim']}: {claim['status']}")
+    return lines

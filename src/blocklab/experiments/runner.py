@@ -1,57 +1,146 @@
-"""Run a sweep into one directory: runs/<name>/ each, then the init probes, then the report."""
+"""Run a sweep into one directory: runs/<name>/ each, verdicts.json, then the init probes, then the report."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from blocklab.errors import UserError
-from blocklab.experiments.sweep import Sweep, run_status
 from blocklab.atomic import write_atomic
+from blocklab.errors import UserError
+from blocklab.experiments.jobs import run_many
+from blocklab.experiments.sweep import RunSpec, Sweep, run_status
+from blocklab.experiments.verdicts import choose_best, compute_verdicts
 
 FINISHED = ("completed", "diverged", "stalled")  # kept as they are when the sweep is run again
+IGNORED = {("train", "log_every"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")}  # no effect on results
 
 
-def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=print) -> dict:
-    """Train every run not yet finished (completed, diverged or stalled runs are kept; partial ones resume).
+def changed_settings(run: RunSpec, run_dir: Path) -> list[str]:
+    """The settings in which a stored run differs from what the sweep now asks ("train.lr 0.001 -> 0.003")."""
+    from blocklab.training.config import load_config
 
-    Returns {"status": "completed" | "interrupted", "runs": {name: summary}}.
-    """
-    from blocklab.training import train
+    try:
+        stored = load_config(run_dir / "config.toml").to_dict()
+    except UserError as e:
+        return [f"an unreadable config ({e})"]
+    out = []
+    for section, values in run.config.to_dict().items():
+        for key, value in values.items():
+            old = stored.get(section, {}).get(key)
+            if old != value and (section, key) not in IGNORED:
+                out.append(f"{section}.{key} {old!r} -> {value!r}")
+    return out
 
-    out = Path(out)
+
+def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print) -> None:
+    """A stored run is used only when its settings are the ones asked for: a changed one is refused in one line,
+    or with --rerun-changed moved to DIR/replaced/ (kept, never deleted) so that it trains again."""
+    changed = []
+    for run in runs:
+        run_dir = out / "runs" / run.name
+        if (run_dir / "config.toml").is_file():
+            diff = changed_settings(run, run_dir)
+            if diff:
+                changed.append((run, run_dir, diff))
+    if not changed:
+        return
+    if not rerun_changed:
+        shown = "; ".join(f"{r.name} ({', '.join(d[:3])}{', ...' if len(d) > 3 else ''})" for r, _, d in changed[:3])
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise UserError(f"{len(changed)} stored run(s) in {out} differ from what the sweep asks: {shown}{more}; "
+                        "pass --rerun-changed to move them to replaced/ and train them again, or choose another --out")
+    for run, run_dir, diff in changed:
+        target = out / "replaced" / run.name
+        i = 1
+        while target.exists():
+            i += 1
+            target = out / "replaced" / f"{run.name}-{i}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.rename(target)
+        log(f"{run.name}: settings changed ({', '.join(diff)}); the old run moved to {target}")
+
+
+def _check_out(sweep: Sweep, out: Path) -> None:
     saved = out / "sweep.json"
     if saved.is_file():
-        previous = json.loads(saved.read_text())
-        if previous.get("name") != sweep.name or [r["name"] for r in previous["runs"]] != [r.name for r in sweep.runs]:
-            raise UserError(f"{out} holds the sweep {previous.get('name')!r} with other runs; choose another --out")
+        try:
+            previous = json.loads(saved.read_text())
+        except ValueError:
+            raise UserError(f"{saved} is damaged (not JSON); move it away or choose another --out") from None
+        if previous.get("name") != sweep.name:
+            raise UserError(f"{out} holds the sweep {previous.get('name')!r}, not {sweep.name!r}; choose another --out")
+    elif out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
     elif out.exists() and any(out.iterdir()):
         raise UserError(f"{out} is not empty and holds no blocklab sweep; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(saved, json.dumps(sweep.to_json(), indent=2) + "\n")
-    results = {}
-    for i, run in enumerate(sweep.runs, 1):
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".blocklab-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to {out} ({e.strerror}); choose a writable --out") from None
+
+
+def _train_phase(runs: list[RunSpec], out: Path, jobs: int, progress, log, results: dict, total: int) -> str:
+    tasks = []
+    for run in runs:
         run_dir = out / "runs" / run.name
         status = run_status(run_dir)
-        head = f"[{i}/{len(sweep.runs)}] {run.label}"
+        head = f"[{len(results) + len(tasks) + 1}/{total}] {run.label}"
         if status in FINISHED:
             log(f"{head}: {status} earlier, kept")
             results[run.name] = json.loads((run_dir / "summary.json").read_text())
             continue
-        log(f"{head}: {'resuming' if status else 'training'} ({run.config.train.steps} steps)")
-        summary = train(run.config, run_dir, resume=status is not None, progress=progress, log=log)
-        results[run.name] = summary
+        tasks.append((run, run_dir, status is not None, head))
+
+    def done(run, head, summary):
         log(f"{head}: {summary['status']} at step {summary['step']}, loss {_f(summary['final_loss'])}, "
             f"eval {_f(summary['final_eval_loss'])}, {_f(summary['tokens_per_s'], '.0f')} tokens/s")
-        if summary["status"] == "interrupted":
+
+    status, trained = run_many(tasks, jobs, log, progress, done)
+    results.update(trained)
+    return status
+
+
+def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=print, jobs: int = 1,
+              rerun_changed: bool = False) -> dict:
+    """Train every run not yet finished (completed, diverged or stalled runs are kept; partial ones resume): the
+    untuned and tuning runs, then each tuned group's final seeds at its best value; then the fine-tuning stage
+    and DIR/verdicts.json. Returns {"status": "completed" | "interrupted", "runs": {name: summary}, "finals"}."""
+    out = Path(out)
+    _check_out(sweep, out)
+    check_changed(sweep.runs, out, rerun_changed, log)
+    finals = sweep.final_runs({})
+    write_atomic(out / "sweep.json", json.dumps(sweep.to_json(finals), indent=2) + "\n")
+    results: dict = {}
+    n_final = sum(len(sweep.final_seeds()) for g in sweep.groups if sweep.tune_of(g)) * len(sweep.size_indices())
+    total = len(sweep.runs) + n_final
+    if _train_phase(sweep.runs, out, jobs, progress, log, results, total) == "interrupted":
+        log("sweep interrupted; run the same command again to continue")
+        return {"status": "interrupted", "runs": results, "finals": finals}
+    if sweep.tuned:
+        best = choose_best(sweep, out)
+        finals = sweep.final_runs(best)
+        for (group, size), value in best.items():
+            log(f"tuned: {group}{'' if size is None else f' (size {size})'} best at "
+                f"{next(t.key for t in [sweep.tune_of(g) for g in sweep.groups if g.name == group])} = {value:g}"
+                if isinstance(value, float) else f"tuned: {group} best at {value}")
+        known = {r.name for r in sweep.runs}
+        extra = [r for r in finals if r.name not in known]
+        check_changed(extra, out, rerun_changed, log)
+        write_atomic(out / "sweep.json", json.dumps(sweep.to_json(finals), indent=2) + "\n")
+        if _train_phase(extra, out, jobs, progress, log, results, total) == "interrupted":
             log("sweep interrupted; run the same command again to continue")
-            return {"status": "interrupted", "runs": results}
+            return {"status": "interrupted", "runs": results, "finals": finals}
     if sweep.finetune is not None:
         from blocklab.experiments.downstream import run_finetunes
 
-        if run_finetunes(sweep.finetune, sweep.runs, out, progress, log)["status"] == "interrupted":
+        if run_finetunes(sweep.finetune, finals, out, progress, log)["status"] == "interrupted":
             log("sweep interrupted while fine-tuning; run the same command again to continue")
-            return {"status": "interrupted", "runs": results}
-    return {"status": "completed", "runs": results}
+            return {"status": "interrupted", "runs": results, "finals": finals}
+    verdicts = compute_verdicts(sweep, out, finals)
+    write_atomic(out / "verdicts.json", json.dumps(verdicts, indent=2) + "\n")
+    return {"status": "completed", "runs": results, "finals": finals, "verdicts": verdicts}
 
 
 def run_probes(sweep: Sweep, out: Path, log=print) -> None:

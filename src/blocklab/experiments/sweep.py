@@ -1,4 +1,7 @@
-"""Sweeps: a base run config, a grid and/or a list of runs; each run is an ordinary, resumable training run."""
+"""Sweeps: a base run config, a grid and/or a list of runs (the groups); each run is an ordinary, resumable
+training run. A tuned experiment (SPEC 10, experiments/tuning.py) runs each group over its grid on the tuning
+seeds, then at its own best value on the final seeds: `Sweep.final_runs(best)` names those runs once the best
+values are known."""
 from __future__ import annotations
 
 import copy
@@ -10,11 +13,13 @@ from pathlib import Path
 
 from blocklab.errors import UserError
 from blocklab.experiments.downstream import FinetuneStage, parse_stage
+from blocklab.experiments.tuning import Tune, parse_sizes, parse_tune, value_text
+from blocklab.registry import block_recipe
 from blocklab.training.config import RunConfig, load_config, read_toml
 
 # An experiment's name: it names the report's section ids and figure files (loss_vs_step_NAME.png).
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-EXPERIMENT_KEYS = ("title", "description", "target_run")
+EXPERIMENT_KEYS = ("title", "description", "target_run", "tune")
 SHORT = {"model.block": "", "train.lr": "lr", "train.warmup_steps": "wu", "train.seed": "s", "model.n_layers": "L",
          "model.d_model": "d", "train.optimizer": "", "model.norm": "", "model.init": ""}
 
@@ -29,10 +34,37 @@ class RunSpec:
     group_label: str = ""
     seed: int | None = None
     experiment: str | None = None  # a key of Sweep.experiments: the report's part this run belongs to
+    value: object = None   # the tuned setting's value (tuned experiments)
+    size: int | None = None  # index into Sweep.sizes
+    phase: str = "final"   # "tune": a tuning run; "final": a run the verdicts are computed from
 
     def __post_init__(self):
         self.group = self.group or self.name
         self.group_label = self.group_label or self.label
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "dir": f"runs/{self.name}", "label": self.label, "overrides": self.overrides,
+               "group": self.group, "group_label": self.group_label, "seed": self.seed,
+               "experiment": self.experiment}
+        if self.phase == "tune" or self.value is not None or self.size is not None:
+            out.update(value=self.value, size=self.size)
+        return out
+
+
+@dataclass
+class GroupSpec:
+    """A block and its other settings: what the sweep compares. Its runs differ in seed, size and tuned value."""
+    name: str
+    label: str
+    overrides: dict  # nested, the group's own settings
+    experiment: str | None = None
+    recipe: dict = field(default_factory=dict)  # the block recipe's values in effect (dotted)
+
+    @property
+    def settings(self) -> dict:
+        """The dotted settings that set this group apart (its own and its recipe's), as verdicts.json lists them."""
+        own = {f"{s}.{k}": v for s, values in self.overrides.items() for k, v in values.items()}
+        return {**self.recipe, **own}
 
 
 @dataclass
@@ -40,7 +72,7 @@ class Sweep:
     name: str
     description: str = ""
     base: dict = field(default_factory=dict)
-    runs: list[RunSpec] = field(default_factory=list)
+    runs: list[RunSpec] = field(default_factory=list)  # known before training: untuned runs, then tuning runs
     probes: dict | None = None  # arguments of `blocklab probe` (key -> value), run once per sweep
     expected_cost: str = ""
     target_run: str | None = None  # the report's steps-to-target uses this run's final loss (a group name)
@@ -50,15 +82,84 @@ class Sweep:
     # {name: {"title", "description", "target_run"}}: the experiments the sweep holds, each reported on its own
     # (its runs, table, figures and target); None: one experiment, reported as a whole (experiments.py)
     experiments: dict | None = None
+    groups: list[GroupSpec] = field(default_factory=list)
+    tunes: dict = field(default_factory=dict)  # experiment name (None: the whole sweep) -> Tune
+    sizes: list[dict] = field(default_factory=list)  # dotted overrides, one entry per size
+    cli: dict = field(default_factory=dict)  # command-line overrides, applied last
 
-    def to_json(self) -> dict:
+    def tune_of(self, group: GroupSpec) -> Tune | None:
+        return self.tunes.get(group.experiment, self.tunes.get(None))
+
+    @property
+    def tuning_runs(self) -> list[RunSpec]:
+        return [r for r in self.runs if r.phase == "tune"]
+
+    @property
+    def tuned(self) -> bool:
+        return bool(self.tunes)
+
+    def size_indices(self) -> list[int | None]:
+        return list(range(len(self.sizes))) if self.sizes else [None]
+
+    def final_seeds(self) -> list[int | None]:
+        return list(self.seeds) if self.seeds else ([0] if self.tuned else [None])
+
+    def final_runs(self, best: dict) -> list[RunSpec]:
+        """Every group's final runs: untuned groups as listed; a tuned group at best[(group, size)] on the final
+        seeds (plus the tuning seeds when the tune reuses them), skipped while its best is not known."""
+        out = []
+        for g in self.groups:
+            tune = self.tune_of(g)
+            for size in self.size_indices():
+                if tune is None:
+                    out += [r for r in self.runs if r.phase == "final" and r.group == _group_key(g, size)]
+                    continue
+                if (g.name, size) not in best:
+                    continue
+                seeds = list(self.final_seeds())
+                if tune.reuse:
+                    seeds += [s for s in tune.seeds if s not in seeds]
+                out += [self.make_run(g, size, best[(g.name, size)], seed, "final") for seed in seeds]
+        return out
+
+    def make_run(self, g: GroupSpec, size: int | None, value, seed: int | None, phase: str) -> RunSpec:
+        tune = self.tune_of(g)
+        parts = [g.name] + ([f"z{size}"] if size is not None else [])
+        if tune is not None:
+            parts.append(f"{SHORT.get(tune.key, tune.option)}{value_text(value)}")
+        name = _slug("_".join(parts) + ("" if seed is None else f"_s{seed}"))
+        size_label = f", size {size}" if size is not None else ""
+        group_label = g.label + size_label
+        label = group_label + (f", {tune.option} {value_text(value)}" if tune is not None and phase == "tune" else "")
+        label += "" if seed is None else f", seed {seed}"
+        over = _nest(self.sizes[size]) if size is not None else {}
+        over = _merge(_merge(over, _nest(g.recipe)), g.overrides)
+        if tune is not None:
+            over = _merge(over, {tune.section: {tune.option: value}})
+        if seed is not None:
+            over = _merge(over, {"train": {"seed": seed}})
+        run = RunSpec(name, label, over, group=_group_key(g, size), group_label=group_label, seed=seed,
+                      experiment=g.experiment, value=value, size=size, phase=phase)
+        try:
+            run.config = load_config(None, _merge(_merge(self.base, over), self.cli))
+        except UserError as e:
+            raise UserError(f"run {run.label!r}: {e}") from None
+        run.config.recipe = dict(g.recipe)  # the run's summary.json says which recipe values it trained with
+        return run
+
+    def to_json(self, finals: list[RunSpec] | None = None) -> dict:
+        """sweep.json: `runs` the runs the report shows (the final ones), `tuning` the tuning runs."""
+        finals = finals if finals is not None else [r for r in self.runs if r.phase == "final"]
         return {"name": self.name, "description": self.description, "expected_cost": self.expected_cost,
                 "target_run": self.target_run, "seeds": self.seeds, "reference": self.reference,
                 "finetune": self.finetune.to_json() if self.finetune else None,
                 "base": self.base, "probes": self.probes, "experiments": self.experiments,
-                "runs": [{"name": r.name, "label": r.label, "overrides": r.overrides, "group": r.group,
-                          "group_label": r.group_label, "seed": r.seed, "experiment": r.experiment}
-                         for r in self.runs]}
+                "tune": {str(k): t.to_json() for k, t in self.tunes.items()} or None, "sizes": self.sizes or None,
+                "runs": [r.to_json() for r in finals], "tuning": [r.to_json() for r in self.tuning_runs]}
+
+
+def _group_key(g: GroupSpec, size: int | None) -> str:
+    return g.name if size is None else f"{g.name}_z{size}"
 
 
 def _nest(flat: dict) -> dict:
@@ -87,61 +188,112 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
-def build_sweep(spec: dict, extra: dict | None = None) -> Sweep:
-    """A sweep from its dict form (a preset, or a parsed SWEEP.toml); `extra` overrides every run."""
-    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost", "target_run", "seeds",
-             "finetune", "reference", "experiments", "grid_experiment"}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
-    base = _merge(spec.get("base", {}), extra or {})
+def _groups(spec: dict) -> list[GroupSpec]:
     grid = spec.get("grid", {})
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise UserError(f"grid.{key} must be a non-empty list")
     keys = list(grid)
-    runs = []
+    groups = []
     for combo in itertools.product(*(grid[k] for k in keys)) if keys else []:
         flat = dict(zip(keys, combo))
         parts = [f"{SHORT.get(k, k.split('.')[-1])}{_fmt(v)}" for k, v in flat.items() if len(grid[k]) > 1]
         label = ", ".join(parts) or spec.get("name", "run")
-        runs.append(RunSpec(_slug("_".join(parts)) or "run", label, _nest(flat),
-                            experiment=spec.get("grid_experiment")))
+        groups.append(GroupSpec(_slug("_".join(parts)) or "run", label, _nest(flat), spec.get("grid_experiment")))
     for i, extra_run in enumerate(spec.get("runs", [])):
         extra_run = dict(extra_run)
-        label = extra_run.pop("label", None) or f"run {i}"
+        label = extra_run.pop("label", None) or extra_run.get("name") or f"run {i}"
         experiment = extra_run.pop("experiment", None)
-        runs.append(RunSpec(_slug(extra_run.pop("name", None) or label), label, _nest(extra_run),
-                            experiment=experiment))
-    if not runs:
+        groups.append(GroupSpec(_slug(extra_run.pop("name", None) or label), label, _nest(extra_run), experiment))
+    if not groups:
         raise UserError("the sweep defines no runs: give a [grid] and/or [[runs]]")
+    return groups
+
+
+def _tunes(spec: dict, seeds) -> dict:
+    tunes = {}
+    top = parse_tune(spec.get("tune"), seeds, "tune")
+    if top is not None:
+        tunes[None] = top
+    table = spec.get("experiments")
+    for name, meta in (table.items() if isinstance(table, dict) else ()):
+        t = parse_tune(meta.get("tune"), seeds, f"experiments.{name}.tune") if isinstance(meta, dict) else None
+        if t is not None:
+            tunes[name] = t
+    return tunes
+
+
+def _apply_recipes(groups: list[GroupSpec], base: dict, cli: dict) -> None:
+    """Each group's block recipe, in effect where neither the group nor the command line sets the key (SPEC 10:
+    package defaults < sweep base < block recipe < the group's own settings < command line)."""
+    for g in groups:
+        block = g.overrides.get("model", {}).get("block") or cli.get("model", {}).get("block") \
+            or base.get("model", {}).get("block") or "pre-ln"
+        try:
+            recipe = block_recipe(block)
+        except ValueError:
+            recipe = {}  # an unknown block: load_config names it with the valid choices
+        own = {f"{s}.{k}" for part in (g.overrides, cli) for s, values in part.items() for k in values}
+        g.recipe = {k: v for k, v in recipe.items() if k not in own}
+
+
+def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None = None) -> Sweep:
+    """A sweep from its dict form (a preset, or a parsed SWEEP.toml); `extra` (the command line's overrides)
+    applies to every run, over every other setting; `seeds` replaces the sweep's seeds (`compare --seeds`)."""
+    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost", "target_run", "seeds",
+             "finetune", "reference", "experiments", "grid_experiment", "tune", "sizes"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+    if seeds is not None:
+        spec = dict(spec, seeds=seeds)
+    cli = extra or {}
+    groups = _groups(spec)
     seeds = spec.get("seeds")
     if seeds is not None:
-        runs = _with_seeds(runs, seeds)
-    names = [r.name for r in runs]
+        _check_seeds(seeds)
+        for g in groups:
+            if "seed" in g.overrides.get("train", {}):
+                raise UserError(f"run {g.label!r} sets train.seed; with `seeds` the sweep sets it")
+    if "seed" in cli.get("train", {}) and (seeds is not None or spec.get("tune")):
+        raise UserError("--train.seed does not go with a sweep's seeds; use --seeds")
+    tunes = _tunes(spec, seeds)
+    for g in groups:
+        tune = tunes.get(g.experiment, tunes.get(None))
+        if tune is not None and tune.option in g.overrides.get(tune.section, {}):
+            raise UserError(f"run {g.label!r} sets {tune.key}, the setting its experiment tunes; drop it")
+    for key in {t.key for t in tunes.values()}:
+        section, _, option = key.partition(".")
+        if option in cli.get(section, {}):
+            raise UserError(f"--{key} is the tuned setting; change the sweep's tune values instead")
+    _apply_recipes(groups, spec.get("base", {}), cli)
+    sweep = Sweep(spec.get("name", "sweep"), spec.get("description", ""), spec.get("base", {}), [],
+                  spec.get("probes"), spec.get("expected_cost", ""), spec.get("target_run"), seeds,
+                  parse_stage(spec.get("finetune")), spec.get("reference"), None, groups, tunes,
+                  parse_sizes(spec.get("sizes")), cli)
+    target_run = spec.get("target_run")
+    names = [g.name for g in groups]
+    if target_run is not None and target_run not in names:
+        raise UserError(f"target_run {target_run!r} is not a run of the sweep; runs: {', '.join(names)}")
+    sweep.experiments = check_experiments(spec, groups)
+    for g in groups:  # every run is validated before any trains
+        tune = sweep.tune_of(g)
+        for size in sweep.size_indices():
+            if tune is None:
+                sweep.runs += [sweep.make_run(g, size, None, s, "final") for s in sweep.final_seeds()]
+            else:
+                sweep.runs += [sweep.make_run(g, size, v, s, "tune") for v in tune.values for s in tune.seeds]
+    names = [r.name for r in sweep.runs]
     if len(set(names)) != len(names):
         raise UserError(f"two runs share the name {next(n for n in names if names.count(n) > 1)!r}; name them")
-    for r in runs:  # validate every run before training any
-        try:
-            r.config = load_config(None, _merge(base, r.overrides))
-        except UserError as e:
-            raise UserError(f"run {r.label!r}: {e}") from None
-    stage = parse_stage(spec.get("finetune"))
-    if stage is not None and any(r.config.model.task != "mlm" for r in runs):
-        bad = next(r for r in runs if r.config.model.task != "mlm")
+    if sweep.finetune is not None and any(r.config.model.task != "mlm" for r in sweep.runs):
+        bad = next(r for r in sweep.runs if r.config.model.task != "mlm")
         raise UserError(f"run {bad.label!r} is a {bad.config.model.task} run; a sweep with [finetune] pre-trains "
                         "mlm runs (model.task = \"mlm\")")
-    target_run = spec.get("target_run")
-    groups = list(dict.fromkeys(r.group for r in runs))
-    if target_run is not None and target_run not in groups:
-        raise UserError(f"target_run {target_run!r} is not a run of the sweep; runs: {', '.join(groups)}")
-    experiments = check_experiments(spec, runs)
-    return Sweep(spec.get("name", "sweep"), spec.get("description", ""), base, runs, spec.get("probes"),
-                 spec.get("expected_cost", ""), target_run, seeds, stage,
-                 spec.get("reference"), experiments)
+    return sweep
 
 
-def check_experiments(spec: dict, runs: list[RunSpec]) -> dict | None:
+def check_experiments(spec: dict, runs: list[GroupSpec]) -> dict | None:
     """The sweep's `experiments` table, checked against its runs, as {name: {title, description, target_run}}
     (None without one). A sweep with experiments tags every run: `[[runs]]` with `experiment = NAME`, grid runs
     with the sweep's `grid_experiment = NAME`; each experiment's `target_run` is one of its own runs."""
@@ -168,7 +320,7 @@ def check_experiments(spec: dict, runs: list[RunSpec]) -> dict | None:
         unknown = sorted(set(meta) - set(EXPERIMENT_KEYS))
         if unknown:
             raise UserError(f"unknown field {unknown[0]!r} in experiments.{name}; valid: {', '.join(EXPERIMENT_KEYS)}")
-        for key in EXPERIMENT_KEYS:
+        for key in EXPERIMENT_KEYS[:3]:  # the texts; `tune` is a table (experiments/tuning.py)
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise UserError(f"experiments.{name}.{key} = {meta[key]!r} must be a string")
         out[name] = {"title": meta.get("title") or name, "description": meta.get("description") or "",
@@ -181,7 +333,7 @@ def check_experiments(spec: dict, runs: list[RunSpec]) -> dict | None:
             raise UserError(f"run {r.label!r}: experiment {r.experiment!r} is not one of the sweep's experiments: "
                             f"{', '.join(out)}")
     for name, meta in out.items():
-        groups = list(dict.fromkeys(r.group for r in runs if r.experiment == name))
+        groups = list(dict.fromkeys(r.name for r in runs if r.experiment == name))
         if not groups:
             raise UserError(f"experiment {name!r} has no runs; tag its runs with experiment = {name!r}")
         if meta["target_run"] is not None and meta["target_run"] not in groups:
@@ -190,30 +342,20 @@ def check_experiments(spec: dict, runs: list[RunSpec]) -> dict | None:
     return out
 
 
-def _with_seeds(runs: list[RunSpec], seeds) -> list[RunSpec]:
-    """Each run once per seed, seeds innermost: NAME_s0, NAME_s1, ... in the group NAME."""
+def _check_seeds(seeds) -> None:
     if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
             or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
         raise UserError(f"seeds = {seeds!r} is not valid; give a list of distinct integers >= 0, e.g. [0, 1]")
-    out = []
-    for r in runs:
-        if "seed" in r.overrides.get("train", {}):
-            raise UserError(f"run {r.label!r} sets train.seed; with `seeds` the sweep sets it")
-        for seed in seeds:
-            over = _merge(r.overrides, {"train": {"seed": seed}})
-            out.append(RunSpec(f"{r.name}_s{seed}", f"{r.label}, seed {seed}", over, group=r.name,
-                               group_label=r.label, seed=seed, experiment=r.experiment))
-    return out
 
 
-def load_sweep(preset_or_path: str, extra: dict | None = None) -> Sweep:
+def load_sweep(preset_or_path: str, extra: dict | None = None, seeds: list[int] | None = None) -> Sweep:
     from blocklab.experiments.presets import PRESETS
 
     if preset_or_path in PRESETS:
-        return build_sweep(PRESETS[preset_or_path], extra)
+        return build_sweep(PRESETS[preset_or_path], extra, seeds)
     if not Path(preset_or_path).is_file():
         raise UserError(f"{preset_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a sweep file")
-    return build_sweep(read_toml(preset_or_path, "sweep file"), extra)
+    return build_sweep(read_toml(preset_or_path, "sweep file"), extra, seeds)
 
 
 def run_status(run_dir: Path) -> str | None:

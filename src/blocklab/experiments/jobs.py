@@ -1,0 +1,172 @@
+"""Many small runs at once (`compare --jobs N`): N separate processes, each training one run at a time with
+its share of the CPU threads, or its own GPU where there are several.
+
+Separate processes, not threads: each run is an ordinary `train` with its own interpreter, its own torch
+thread pool and its own signal handlers, so a Ctrl-C reaches every run, each saves its checkpoint and writes
+`interrupted`, and the same command resumes them. Small models on few cores gain from this because one run
+cannot keep several cores busy with matrices this small (measured in benchmarks/RESULTS.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+
+from blocklab.atomic import write_atomic
+
+# Runs of at most this width gain from one single-threaded process per core on a CPU (RESULTS.md, "compare
+# --jobs"); wider ones are left to one process using every core.
+SMALL_WIDTH = 256
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_jobs(configs) -> int:
+    """One run per GPU where there are several; on a CPU, one single-threaded run per core when every run is
+    small (d_model <= SMALL_WIDTH), else one run at a time."""
+    import torch
+
+    if torch.cuda.is_available():
+        return max(1, torch.cuda.device_count())
+    small = all(c.model.d_model <= SMALL_WIDTH for c in configs)
+    return max(1, cpu_count()) if small else 1
+
+
+def _watch_parent(parent: int) -> None:
+    """A worker whose compare process died (kill -9, a closed terminal) stops its run as SIGTERM does: it saves,
+    writes `interrupted`, and leaves; the same command resumes it. Without this it would train on, orphaned."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(120.0)  # the run's handler saves its checkpoint meanwhile; then nobody waits for this process
+    os._exit(1)
+
+
+def _init_worker(threads: int, devices, slot) -> None:
+    """Each worker: its share of the threads, and on several GPUs its own device (before CUDA starts)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    if devices:
+        with slot.get_lock():
+            index = slot.value
+            slot.value += 1
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(devices[index % len(devices)])
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _train_one(config, run_dir: str, resume: bool, label: str, jobs: int) -> dict:
+    import torch
+
+    from blocklab.training import train
+
+    def log(*parts):  # status lines to stderr, as every command's; results stay on stdout
+        print(f"  [{label}]", *parts, file=sys.stderr, flush=True)
+
+    summary = train(config, run_dir, resume=resume, progress=False, log=log)
+    return record_threads(Path(run_dir), summary, torch.get_num_threads(), jobs)
+
+
+def record_threads(run_dir: Path, summary: dict, threads: int, jobs: int) -> dict:
+    """summary.json says how the run shared the machine: its thread count and how many runs ran at once
+    (throughput and wall-clock figures of a run that shared the machine are not a speed measurement)."""
+    summary = dict(summary, threads=threads, concurrent_runs=jobs)
+    path = run_dir / "summary.json"
+    if path.is_file():
+        write_atomic(path, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def run_many(tasks: list[tuple], jobs: int, log=print, progress=None, on_done=None) -> tuple[str, dict]:
+    """Train every (RunSpec, run_dir, resume, head) of `tasks`, `jobs` at a time. Returns (status, {name: summary})
+    with status "interrupted" as soon as one run was interrupted (the runs not yet started are not started)."""
+    from blocklab.training import train
+
+    results: dict = {}
+    if jobs <= 1 or len(tasks) <= 1:
+        import torch
+
+        for run, run_dir, resume, head in tasks:
+            log(f"{head}: {'resuming' if resume else 'training'} ({run.config.train.steps} steps)")
+            summary = record_threads(run_dir, train(run.config, run_dir, resume=resume, progress=progress, log=log),
+                                     torch.get_num_threads(), 1)
+            results[run.name] = summary
+            (on_done or (lambda *a: None))(run, head, summary)
+            if summary["status"] == "interrupted":
+                return "interrupted", results
+        return "completed", results
+    return _run_parallel(tasks, jobs, log, on_done, results)
+
+
+def _run_parallel(tasks, jobs, log, on_done, results) -> tuple[str, dict]:
+    import multiprocessing as mp
+
+    import torch
+
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    threads = 1 if devices else max(1, cpu_count() // jobs)
+    ctx = mp.get_context("spawn")  # never fork a process that holds torch's thread pools
+    slot = ctx.Value("i", 0)
+    status = "completed"
+    pending = list(tasks)
+    log(f"{len(tasks)} runs, {jobs} at a time ({'one GPU each' if devices else f'{threads} thread(s) each'})")
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker,
+                             initargs=(threads, devices, slot)) as pool:
+        running = {}
+
+        def submit():
+            run, run_dir, resume, head = pending.pop(0)
+            log(f"{head}: {'resuming' if resume else 'training'} ({run.config.train.steps} steps)")
+            running[pool.submit(_train_one, run.config, str(run_dir), resume, run.name, jobs)] = (run, head)
+
+        while pending and len(running) < jobs:
+            submit()
+
+        def forward(signum, frame):  # `kill PID` reaches this process alone: each run must save too
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                if proc.is_alive():
+                    os.kill(proc.pid, signal.SIGTERM)
+            raise KeyboardInterrupt
+
+        try:
+            previous = signal.signal(signal.SIGTERM, forward)
+        except ValueError:  # not the main thread: the caller handles its signals
+            previous = None
+        try:
+            while running:
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    run, head = running.pop(fut)
+                    summary = fut.result()
+                    results[run.name] = summary
+                    (on_done or (lambda *a: None))(run, head, summary)
+                    if summary["status"] == "interrupted":
+                        status = "interrupted"
+                while status == "completed" and pending and len(running) < jobs:
+                    submit()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the workers too (SIGTERM was forwarded): each saves its run and returns
+            # `interrupted`; wait for them, so that nothing trains on after compare has returned.
+            if previous is not None:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            status = "interrupted"
+            for fut, (run, head) in running.items():
+                try:
+                    results[run.name] = fut.result()
+                except (KeyboardInterrupt, Exception):  # a worker that died before its handler: resumable
+                    pass
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+    return status, results

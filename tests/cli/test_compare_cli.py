@@ -1,0 +1,152 @@
+"""`blocklab compare` as a user runs it: a tiny tuned sweep end to end, edited sweeps, --list, --seeds, --jobs."""
+import json
+
+import pytest
+
+from blocklab.cli import main
+from blocklab.experiments import build_sweep, run_sweep
+
+SPEC_FIELDS = {"metric", "lower_is_better", "tuned", "reference", "tolerance", "cap", "tuning_runs_reused",
+               "noise_floor", "min_detectable", "groups", "comparisons", "frontier"}
+GROUP_FIELDS = {"label", "settings", "curve", "best", "best_at_edge", "stable", "trainable", "sensitivity", "seeds",
+                "scores", "mean", "sd", "ci95", "n_params", "tokens_per_s"}
+
+
+def toml_value(v) -> str:
+    return json.dumps(v) if isinstance(v, str) else repr(v).lower() if isinstance(v, bool) else repr(v)
+
+
+def write_sweep(path, overrides, steps=10, values=(1e-3, 1e-2), seeds=(0, 1)):
+    lines = ['name = "tiny"', f"seeds = {list(seeds)}", "[tune]", f"values = {list(values)}"]
+    for section, values_ in overrides.items():
+        lines.append(f"[base.{section}]")
+        for k, v in values_.items():
+            if (section, k) not in {("model", "block"), ("train", "lr"), ("train", "steps"), ("train", "eval_every"),
+                                    ("train", "checkpoint_every")}:
+                lines.append(f"{k} = {toml_value(v)}")
+    lines += [f"steps = {steps}", "eval_every = 100", "checkpoint_every = 100"]
+    lines += ['[[runs]]', 'name = "pre-ln"', 'label = "Pre-LN"', '"model.block" = "pre-ln"',
+              '[[runs]]', 'name = "sas-p"', 'label = "SAS-P"', '"model.block" = "sas-p"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_a_tiny_tuned_sweep_writes_verdicts_and_a_report_with_the_sensitivity_figure(tmp_path, overrides, capsys):
+    sweep = write_sweep(tmp_path / "sweep.toml", overrides)
+    out = tmp_path / "out"
+    assert main(["compare", str(sweep), "--out", str(out), "--jobs", "1", "--no-progress"]) == 0
+    v = json.loads((out / "verdicts.json").read_text())
+    exp = v["experiments"]["tiny"]
+    assert SPEC_FIELDS <= set(exp) and set(exp["groups"]) == {"pre-ln", "sas-p"}
+    assert all(GROUP_FIELDS <= set(g) for g in exp["groups"].values())
+    assert [p["value"] for p in exp["groups"]["sas-p"]["curve"]] == [1e-3, 1e-2]
+    assert exp["groups"]["sas-p"]["curve"][0]["seeds"] == [2] and exp["groups"]["sas-p"]["seeds"] == [0, 1]
+    assert exp["comparisons"]["sas-p"]["verdict"] in ("better", "worse", "indistinguishable")
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    best = exp["groups"]["sas-p"]["best"]
+    assert f"sas-p_lr{best:g}_s0" in runs and len(runs) == 4 + 4
+    assert (out / "figures" / "sensitivity_tiny.png").is_file()
+    assert "sensitivity_tiny.png" in (out / "report.md").read_text()
+    stdout = capsys.readouterr().out
+    assert "SAS-P at train.lr" in stdout and "seeds 2 vs 2" in stdout  # the verdict with its numbers
+    saved = json.loads((out / "sweep.json").read_text())
+    assert len(saved["tuning"]) == 4 and {r["seed"] for r in saved["runs"]} == {0, 1}
+
+
+def test_an_edited_sweep_is_refused_then_rerun_with_rerun_changed(tmp_path, overrides, capsys):
+    spec = {"name": "e", "base": dict(overrides, train=dict(overrides["train"], steps=4, checkpoint_every=100)),
+            "runs": [{"name": "a", "model.block": "pre-ln"}]}
+    out = tmp_path / "out"
+    run_sweep(build_sweep(spec), out, progress=False, log=lambda *a: None)
+    first = json.loads((out / "runs" / "a" / "summary.json").read_text())
+    edited = tmp_path / "sweep.toml"
+    edited.write_text('name = "e"\n[base.data]\n' + "".join(f"{k} = {toml_value(v)}\n" for k, v in
+                                                          overrides["data"].items()) +
+                      "[base.model]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in overrides["model"].items()
+                                                 if k != "block") +
+                      "[base.train]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in overrides["train"].items()
+                                                 if k not in ("steps", "checkpoint_every")) +
+                      'steps = 6\ncheckpoint_every = 100\n[[runs]]\nname = "a"\n"model.block" = "pre-ln"\n')
+    capsys.readouterr()
+    assert main(["compare", str(edited), "--out", str(out), "--no-report", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the sweep's status line: one line
+    assert err.startswith("blocklab compare: error:") and "a (train.steps 4 -> 6)" in err and "--rerun-changed" in err
+    assert json.loads((out / "runs" / "a" / "summary.json").read_text()) == first  # untouched
+    assert main(["compare", str(edited), "--out", str(out), "--no-report", "--jobs", "1",
+                 "--rerun-changed"]) == 0
+    assert json.loads((out / "replaced" / "a" / "summary.json").read_text()) == first  # kept, not deleted
+    assert json.loads((out / "runs" / "a" / "summary.json").read_text())["step"] == 6
+    assert main(["compare", str(edited), "--out", str(out), "--no-report", "--jobs", "1"]) == 0  # same now: kept
+
+
+def test_list_needs_no_out_and_shows_tuning_and_final_runs(capsys):
+    assert main(["compare", "--preset", "quick", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "pre-ln_lr0.001_s3" in out and "(tuning)" in out and "final seeds [0, 1, 2] at its best train.lr" in out
+    assert main(["compare", "--preset", "quick", "--list", "--seeds", "4,5"]) == 0
+    out = capsys.readouterr().out
+    assert "pre-ln_lr0.001_s6" in out and "final seeds [4, 5]" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "1,1"], "--seeds '1,1' is not valid"),
+    (["--seeds", "a"], "--seeds 'a' is not valid"),
+    (["--jobs", "0", "--out", "x"], "--jobs 0 is not valid"),
+    ([], "--out DIR is needed"),
+    (["--out", "x", "--train.lr", "0.1"], "--train.lr is the tuned setting"),
+])
+def test_compare_argument_errors_are_one_line(capsys, args, message):
+    assert main(["compare", "--preset", "quick", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_out_must_be_a_writable_folder(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["compare", "--preset", "quick", "--out", str(f)]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_jobs_train_the_same_runs_as_one(tmp_path, overrides):
+    spec = {"name": "j", "base": dict(overrides, train=dict(overrides["train"], steps=6, checkpoint_every=100)),
+            "runs": [{"name": "a", "model.block": "pre-ln"}, {"name": "b", "model.block": "sas-p"},
+                     {"name": "c", "model.block": "post-ln"}]}
+    one = run_sweep(build_sweep(spec), tmp_path / "one", progress=False, log=lambda *a: None, jobs=1)
+    two = run_sweep(build_sweep(spec), tmp_path / "two", progress=False, log=lambda *a: None, jobs=2)
+    for name in "abc":
+        assert two["runs"][name]["final_loss"] == pytest.approx(one["runs"][name]["final_loss"], rel=1e-5)
+        assert two["runs"][name]["concurrent_runs"] == 2 and two["runs"][name]["threads"] >= 1
+        assert one["runs"][name]["concurrent_runs"] == 1
+    assert json.loads((tmp_path / "two" / "runs" / "b" / "summary.json").read_text())["concurrent_runs"] == 2
+
+
+@pytest.mark.slow
+def test_sigterm_to_compare_stops_every_parallel_run_and_the_same_command_resumes(tmp_path, overrides):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = tmp_path / "sweep.toml"
+    write_sweep(spec, overrides, steps=400, values=(1e-3,), seeds=(0,))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "blocklab", "compare", str(spec), "--out", str(out), "--jobs", "2", "--no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(out.glob("runs/*/metrics.jsonl"))) < 2:
+        time.sleep(0.5)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)  # to compare alone, as `kill PID` sends it
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    statuses = {p.parent.name: json.loads(p.read_text())["status"] for p in out.glob("runs/*/summary.json")}
+    assert statuses and set(statuses.values()) <= {"interrupted", "completed"} and "interrupted" in statuses.values()
+    sizes = {p: p.stat().st_size for p in out.glob("runs/*/metrics.jsonl")}
+    time.sleep(4)
+    assert {p: p.stat().st_size for p in out.glob("runs/*/metrics.jsonl")} == sizes  # no worker trains on
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=600).returncode == 0
+    final = {p.parent.name: json.loads(p.read_text())["status"] for p in out.glob("runs/*/summary.json")}
+    assert set(final.values()) <= {"completed", "stalled"} and len(final) == 4  # every run finished
