@@ -6,6 +6,7 @@ import pytest
 from blocklab.cli import main
 from blocklab.errors import UserError
 from blocklab.reporting import generate_report, write_report
+from blocklab.reporting.report import build_report
 
 from tests.reporting.fakes import make_fake_sweep, write_run
 
@@ -94,3 +95,16 @@ def test_cli_errors_are_one_line(tmp_path, monkeypatch, capsys):
 def test_write_report_raises_user_error(tmp_path):
     with pytest.raises(UserError):
         write_report(tmp_path / "missing")
+
+
+def test_runs_trained_side_by_side_are_not_called_speed_measurements(tmp_path):
+    import json as _json
+
+    one = write_run(tmp_path / "a", "pre-ln", 0.01, last_step=100, steps=100)
+    two = write_run(tmp_path / "b", "sas-p", 0.01, last_step=100, steps=100)
+    assert not any("at a time" in n for n in build_report(tmp_path).notes)
+    for run in (one, two):
+        summary = _json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(_json.dumps(dict(summary, concurrent_runs=2, threads=1)))
+    note = next(n for n in build_report(tmp_path).notes if "at a time" in n)
+    assert "trained 2 at a time" in note and "not speed measurements" in note

@@ -1,5 +1,6 @@
 """Finding and reading run folders; the numbers of the table (smoothing, target, steps to target)."""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -63,6 +64,28 @@ def test_bad_dirs_are_user_errors(tmp_path):
     (tmp_path / "f.txt").write_text("x")
     with pytest.raises(UserError, match="not a folder"):
         load_runs(tmp_path / "f.txt")
+
+
+def test_tuning_runs_and_replaced_runs_are_not_report_runs(sweep):
+    """sweep.json's `tuning` runs reach the report through verdicts.json, and compare --rerun-changed moves old runs
+    to DIR/replaced/: neither is a report run, unless `runs` lists it too (a tuning run reused as a final seed)."""
+    for name in ("pre-ln_lr0.01_s3", "sas_lr0.01_s3"):
+        write_run(sweep / "runs" / name, "pre-ln", 0.01, last_step=50, steps=50, seed=3)
+    write_run(sweep / "replaced" / "runs" / "pre-ln", "pre-ln", 0.001, last_step=50, steps=50)  # sorts first
+    meta = json.loads((sweep / "sweep.json").read_text())
+    meta["tuning"] = [{"name": n, "dir": f"runs/{n}", "value": 0.01, "seed": 3} for n in ("pre-ln_lr0.01_s3",
+                                                                                         "sas_lr0.01_s3")]
+    meta["runs"].append({"name": "sas_lr0.01_s3", "dir": "runs/sas_lr0.01_s3", "label": "SAS reused"})
+    (sweep / "sweep.json").write_text(json.dumps(meta))
+    runs, _ = load_runs(sweep)
+    assert [r.name for r in runs] == ["runs/sas-p", "runs/pre-ln", "runs/post-ln", "runs/sas", "runs/sas_lr0.01_s3"]
+    assert by_label(runs)["Pre-LN"].summary["final_loss"] == pytest.approx(3.0)  # not the replaced run's 5.95
+    meta["runs"] = []
+    (sweep / "sweep.json").write_text(json.dumps(meta))
+    for d in ("sas-p", "pre-ln", "post-ln", "sas"):
+        shutil.rmtree(sweep / "runs" / d)
+    with pytest.raises(UserError, match="no runs to report"):
+        load_runs(sweep)
 
 
 def test_default_target_is_worst_completed_final_loss(sweep):

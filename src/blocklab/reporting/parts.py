@@ -26,6 +26,10 @@ GRAD_INTRO = ("Xiong et al. (Sec. 3.3, Fig. 3) find Post-LN's gradients growing 
               "shrinking after warm-up, so that a large rate becomes safe; Pre-LN's are flat throughout. The "
               "table gives the last layer's mlp.fc2 gradient norm over the first layer's at each moment "
               "(init: step 1, whose gradient is taken at the initial weights).")
+# The loss figures' caption when DIR/verdicts.json exists: what is drawn, and where the comparison is.
+VERDICT_CAPTION = ("Each group's final runs, drawn as measured. Which group is better, by how much and how sure "
+                   "is for the verdict table to say (difference, 95% interval, seeds, corrected test), not this "
+                   "figure.")
 OTHER = "_other"  # the part of untagged runs: experiments/sweep.py refuses experiment names that start with "_"
 
 
@@ -37,6 +41,16 @@ class Figure:
 
 
 @dataclass
+class Table:
+    """A table of text cells, drawn as an HTML table on the page and with pipes in Markdown; `notes` read under it."""
+    id: str
+    columns: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    numeric: tuple[int, ...] = ()   # the columns (indices) of numbers, right-aligned
+
+
+@dataclass
 class Section:
     id: str
     title: str
@@ -44,6 +58,8 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
     pre: str | None = None          # a preformatted block (the probes' summary table)
     part: str | None = None         # the Part.id it belongs to; None: about the whole sweep
+    tables: list[Table] = field(default_factory=list)  # after the figures
+    items: list[str] = field(default_factory=list)     # a bulleted list, after the tables
 
 
 @dataclass
@@ -129,20 +145,26 @@ def _fig(path, title, caption="") -> list[Figure]:
     return [Figure(Path(path), title, caption)] if path else []
 
 
-def loss_sections(part: Part, fig_dir: Path) -> list[Section]:
-    """The part's training-loss, evaluation-loss, BLEU and warm-up heat-map sections, its figures drawn."""
+def loss_sections(part: Part, fig_dir: Path, verdicts: bool = False) -> list[Section]:
+    """The part's training-loss, evaluation-loss, BLEU and warm-up heat-map sections, its figures drawn. With
+    `verdicts` (the sweep has DIR/verdicts.json) no caption compares the groups: the verdict table does that,
+    with intervals and tests, and a second, untested comparison beside it could only disagree with it."""
     existing = [r for r in part.runs if r.exists]
     pairs, tag = part.pairs, part.id
+
+    def say(sentence, *args) -> str:
+        return VERDICT_CAPTION if verdicts else sentence(*args)
+
     loss = Section(part.name("training-loss", "-"), "Training loss", part=tag, figures=(
         _fig(F.plot_train_loss(existing, fig_dir / f"{part.name('loss_vs_step')}.png", "step", part.target),
-             "Training loss against steps", claims.loss_sentence(pairs))
+             "Training loss against steps", say(claims.loss_sentence, pairs))
         + _fig(F.plot_train_loss(existing, fig_dir / f"{part.name('loss_vs_time')}.png", "elapsed_s", part.target),
-               "Training loss against wall-clock time", claims.time_sentence(pairs))))
+               "Training loss against wall-clock time", say(claims.time_sentence, pairs))))
     if not loss.figures:
         loss.paragraphs.append("No training loss logged yet.")
     ev = Section(part.name("eval-loss", "-"), "Evaluation loss", part=tag, figures=_fig(
         F.plot_eval_loss(existing, fig_dir / f"{part.name('eval_loss')}.png"), "Evaluation loss against steps",
-        claims.loss_sentence(pairs, "final_eval_loss", "final evaluation loss")))
+        say(claims.loss_sentence, pairs, "final_eval_loss", "final evaluation loss")))
     if not ev.figures:
         ev.paragraphs.append("No evaluation loss logged yet.")
     out = [loss, ev]
@@ -159,5 +181,5 @@ def loss_sections(part: Part, fig_dir: Path) -> list[Section]:
     heat = plot_warmup_heatmap(pairs, fig_dir / f"{part.name('warmup_heatmap')}.png")
     if heat:
         out.append(Section(part.name("warmup-heatmap", "-"), "Warm-up and learning rate", part=tag, figures=_fig(
-            heat, "Final loss over warm-up x learning rate, per block", claims.heatmap_sentence(pairs))))
+            heat, "Final loss over warm-up x learning rate, per block", say(claims.heatmap_sentence, pairs))))
     return out

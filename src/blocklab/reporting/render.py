@@ -108,12 +108,34 @@ def _configs_html(report) -> str:
     return "\n".join(parts)
 
 
+def _text_table_html(t) -> str:
+    """A parts.Table as an HTML table (never its Markdown pipes in a <pre>), its notes under it."""
+    head = "".join(f"<th>{_e(c)}</th>" for c in t.columns)
+    body = "\n".join("<tr>" + "".join(f'<td class="num">{_e(c)}</td>' if i in t.numeric else f"<td>{_e(c)}</td>"
+                                      for i, c in enumerate(row)) + "</tr>" for row in t.rows)
+    notes = "".join(f'<p class="target">{_e(n)}</p>' for n in t.notes)
+    return f'<table id="{_e(t.id)}"><thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>{notes}'
+
+
+def _text_table_md(t) -> list[str]:
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in t.columns) + " |",
+             "|" + "|".join("---:" if i in t.numeric else "---" for i in range(len(t.columns))) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in t.rows]
+    return lines + [""] + [x for n in t.notes for x in (n, "")]
+
+
 def _sections_html(sections, h: str) -> list[str]:
     out = []
     for s in sections:
         out.append(f'<{h} id="{_e(s.id)}">{_e(s.title)}</{h}>')
         out.extend(f"<p>{_e(p)}</p>" for p in s.paragraphs)
         out.extend(_figure_html(f) for f in s.figures)
+        out.extend(_text_table_html(t) for t in s.tables)
+        if s.items:
+            out.append("<ul>" + "".join(f"<li>{_e(i)}</li>" for i in s.items) + "</ul>")
         if s.pre:
             out.append(f"<pre>{_e(s.pre)}</pre>")
     return out
@@ -186,6 +208,10 @@ def _sections_md(report, sections, h: str) -> list[str]:
             out += [f"![{f.title}]({rel})", ""]
             if f.caption:
                 out += [f"*{f.caption}*", ""]
+        for t in s.tables:
+            out += _text_table_md(t)
+        if s.items:
+            out += [f"- {i}" for i in s.items] + [""]
         if s.pre:
             out += ["```", s.pre, "```", ""]
     return out

@@ -17,6 +17,7 @@ from blocklab.reporting import downstream
 from blocklab.reporting.parts import Figure, Part, Section, build_part, loss_sections, split
 from blocklab.reporting.runs import Run, load_runs
 from blocklab.reporting.settings import shared_settings
+from blocklab.reporting.verdicts import FIGURES as VERDICT_FIGURES, read_verdicts, verdict_sections
 
 __all__ = ["Figure", "Part", "Report", "Section", "build_report", "generate_report", "write_report"]
 
@@ -24,7 +25,7 @@ FIGURES_DIR = "figures"
 # The figures this module writes into figures/ (removed before each report, so none goes stale); an
 # experiment's loss figures carry its name (loss_vs_step_he.png).
 _OWN = ("loss_vs_step*.png", "loss_vs_time*.png", "eval_loss*.png", "warmup_heatmap*.png", "gains_*.png",
-        "probes_*.png", "bleu*.png", "grad_norms_training*.png", downstream.FIGURE)
+        "probes_*.png", "bleu*.png", "grad_norms_training*.png", downstream.FIGURE, *VERDICT_FIGURES)
 
 
 @dataclass
@@ -127,6 +128,10 @@ def _meta(root: Path, runs: list[Run], sweep: dict) -> list[tuple[str, str]]:
     ]
     if sweep.get("expected_cost"):
         meta.insert(3, ("Expected cost", str(sweep["expected_cost"])))
+    tuning = sweep.get("tuning")
+    if isinstance(tuning, list) and tuning:  # load_runs left them out of the tables: say where they are
+        meta.insert(3, ("Tuning runs", f"{len(tuning)}, not in the runs tables: their scores are drawn against "
+                                       "the tuned value, from verdicts.json"))
     return meta
 
 
@@ -153,6 +158,11 @@ def _notes(runs: list[Run], target: Target | None) -> list[str]:
         notes.insert(0, "Seeds: each setting was run once per seed; the first table gives the mean ± the sample "
                         "standard deviation over the seeds (n - 1), the curves the mean with a band from the "
                         "lowest to the highest seed, each seed drawn thin. The second table lists every run.")
+    shared = sorted({int((r.summary or {}).get("concurrent_runs") or 1) for r in runs} - {1})
+    if shared:
+        notes.append(f"Tokens/s and wall-clock: these runs trained {' or '.join(map(str, shared))} at a time "
+                     "(compare --jobs), each on its share of the cores, so they are not speed measurements; "
+                     "`blocklab bench` measures speed side by side.")
     skipped = [f"{r.label}: {r.skipped_lines}" for r in runs if r.skipped_lines]
     if skipped:
         notes.append("Unreadable metrics.jsonl lines skipped (a half-written last line from a kill or a run "
@@ -198,7 +208,14 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     _clean_figures(fig_dir)
     shared = shared_settings(runs)
     parts = [build_part(*p, target_loss, shared) for p in split(runs, sweep)]
-    sections = [s for p in parts for s in loss_sections(p, fig_dir)]
+    # DIR/verdicts.json: each experiment's verdicts lead its part, before its loss figures (whose captions
+    # then compare nothing: the verdict table is the one place that does)
+    verdicts = read_verdicts(root)
+    placed, claims_at_end = verdict_sections(verdicts, {p.id for p in parts if p.id}, fig_dir)
+    sections = [] if any(p.id for p in parts) else placed.pop(None, [])
+    for p in parts:
+        sections += placed.pop(p.id, []) + loss_sections(p, fig_dir, verdicts=verdicts.present)
+    sections += placed.pop(None, [])  # experiments of verdicts.json that no part of the sweep holds
     runs = [r for p in parts for r in p.runs]  # report order: experiment, then family and block
     existing = [r for r in runs if r.exists]
 
@@ -228,12 +245,14 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
         gains.paragraphs.append("No trainable gains logged for: " + ", ".join(without)
                                 + " (blocks without shaped attention or gain scalars have none).")
     sections.append(gains)
+    if claims_at_end:  # claims that name no experiment of verdicts.json
+        sections.append(claims_at_end)
 
     title = sweep.get("name") or (root.resolve().name if root.name in ("", ".") else root.name)
     one = None if any(p.id for p in parts) else parts[0].target
+    notes = _notes(runs, one) + ([verdicts.note] if verdicts.note else [])
     return Report(root=root, title=f"blocklab report: {title}", description=str(sweep.get("description") or ""),
-                  meta=_meta(root, runs, sweep), parts=parts, notes=_notes(runs, one), sections=sections,
-                  shared=shared)
+                  meta=_meta(root, runs, sweep), parts=parts, notes=notes, sections=sections, shared=shared)
 
 
 def _downstream_section(root: Path, runs: list[Run], sweep: dict, fig_dir: Path) -> Section | None:

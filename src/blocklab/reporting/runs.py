@@ -28,6 +28,7 @@ MAX_DEPTH = 3
 # finetune/: a sweep's fine-tuning runs, which the downstream section reads (reporting/downstream.py).
 SKIP_DIRS = {"checkpoints", "tb", "figures", "probes", "finetune", "__pycache__"}
 UNKNOWN_STATUS = "running/unknown"
+REPLACED = "replaced"  # DIR/replaced/: runs moved aside by `compare --rerun-changed`, never the report's
 
 
 def is_run_dir(path: Path) -> bool:
@@ -178,10 +179,12 @@ def read_sweep(root: Path) -> dict:
     return _read_json(root / "sweep.json") or {}
 
 
-def _sweep_entries(sweep: dict) -> list[tuple[list[str], str | None, dict]]:
-    """[(candidate folder names/paths, label, seed group)] from sweep.json's `runs` (strings or dicts)."""
+def _sweep_entries(sweep: dict, key: str = "runs") -> list[tuple[list[str], str | None, dict]]:
+    """[(candidate folder names/paths, label, seed group)] from sweep.json's `runs` (or `key`'s list: `tuning`),
+    strings or dicts."""
     out = []
-    for item in sweep.get("runs") or []:
+    items = sweep.get(key)
+    for item in items if isinstance(items, list) else []:
         if isinstance(item, str):
             out.append(([item], None, {}))
         elif isinstance(item, dict):
@@ -197,7 +200,8 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
     """(runs in report order, sweep.json content). Raises UserError when DIR is missing or holds no run.
 
     With sweep.json: its runs first, in its order and with its labels (a listed run without
-    a directory yet is kept, as `not started`), then any other run found on disk.
+    a directory yet is kept, as `not started`), then any other run found on disk, except the tuning runs
+    sweep.json lists under `tuning` and the runs under DIR/replaced/ (_not_report_runs).
     """
     root = Path(root)
     if not root.exists():
@@ -210,6 +214,8 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
         raise UserError(f"no runs found in {root} (looked for run folders with summary.json, "
                         f"or metrics.jsonl and config.toml, up to {MAX_DEPTH} levels down)")
     rel = {d: ("." if d == root else d.relative_to(root).as_posix()) for d in dirs}
+    aside = _not_report_runs(dirs, rel, sweep)
+    dirs = [d for d in dirs if d not in aside]
     runs, used = [], set()
     for keys, label, group in _sweep_entries(sweep):
         match = None
@@ -232,8 +238,27 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
         for key, value in group.items():
             setattr(runs[-1], key, value)
     runs.extend(load_run(d, rel[d]) for d in dirs if d not in used)
+    if not runs:
+        raise UserError(f"no runs to report in {root}: its run folders are all tuning runs (sweep.json's "
+                        f"`tuning`) or old runs under {REPLACED}/")
     _dedupe_labels(runs)
     return runs, sweep
+
+
+def _names(rel: str, keys: list[str]) -> bool:
+    """An entry's keys name the folder: its path from DIR, or its folder name for a key that is a bare name."""
+    return any(rel == Path(k).as_posix().strip("/") or ("/" not in k and rel.rsplit("/", 1)[-1] == k) for k in keys)
+
+
+def _not_report_runs(dirs: list[Path], rel: dict, sweep: dict) -> set[Path]:
+    """The run folders that are not the sweep's results: everything under DIR/replaced/ (old runs that
+    `compare --rerun-changed` moved aside) and the tuning runs sweep.json lists under `tuning` (their scores
+    reach the report through verdicts.json). A tuning run that `runs` lists too (reused as a final seed) stays."""
+    aside = {d for d in dirs if rel[d] == REPLACED or rel[d].startswith(REPLACED + "/")}
+    final = [keys for keys, _, _ in _sweep_entries(sweep)]
+    for keys, _, _ in _sweep_entries(sweep, "tuning"):
+        aside |= {d for d in dirs if _names(rel[d], keys) and not any(_names(rel[d], k) for k in final)}
+    return aside
 
 
 def family_order(runs: list[Run]) -> list[Run]:

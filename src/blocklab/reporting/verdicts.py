@@ -1,0 +1,139 @@
+"""DIR/verdicts.json (SPEC 10) in the report: per experiment the score against the tuned value, the verdict
+table with the numbers that say how small a difference the sweep can see, the frontier when it has sizes, and
+the claims with their status.
+
+This module reads, draws and words the verdicts; it computes none (experiments/verdicts.py does, and a
+second computation here could only disagree with it). The file is read defensively: unreadable, it becomes a
+note of the report; an experiment's entry that cannot be drawn becomes a paragraph saying so.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from blocklab.reporting import figures as F
+from blocklab.reporting import sensitivity as S
+from blocklab.reporting.parts import Figure, Section, Table
+from blocklab.reporting.settings import setting_text
+from blocklab.reporting.verdict_words import claim_text, decimals, frontier_table, numbers_note, verdict_table
+
+FILE = "verdicts.json"
+FIGURES = ("sensitivity_*.png", "frontier_*.png")  # what this module draws into figures/ (report._OWN)
+SENSITIVITY_CAPTION = ("Line: each group's mean over its tuning seeds at each value; dots: each seed; x: a seed "
+                       "that diverged, stalled or ended worse than the cap, drawn at the cap; band: lowest to "
+                       "highest seed; star: the group's best value (ties: the lower value).")
+FRONTIER_CAPTION = ("Each point: a group at one size, at its own best tuned value; error bars: the 95% interval "
+                    "over its seeds; line: the power law fitted to its points.")
+
+
+@dataclass
+class Verdicts:
+    data: dict | None    # the file's content; None when absent or unreadable
+    note: str | None     # why it could not be read, for the report's notes
+    present: bool        # the file exists, readable or not: the loss captions then compare nothing
+
+    @property
+    def experiments(self) -> dict:
+        table = (self.data or {}).get("experiments")
+        return {k: v for k, v in table.items() if isinstance(v, dict)} if isinstance(table, dict) else {}
+
+    @property
+    def claims(self) -> list[dict]:
+        claims = (self.data or {}).get("claims")
+        return [c for c in claims if isinstance(c, dict)] if isinstance(claims, list) else []
+
+
+def read_verdicts(root: Path) -> Verdicts:
+    path = Path(root) / FILE
+    if not path.exists():
+        return Verdicts(None, None, False)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:  # half-written, or not JSON
+        return Verdicts(None, f"{FILE} could not be read ({type(e).__name__}: {e}); no verdicts are shown.", True)
+    if not isinstance(data, dict) or not isinstance(data.get("experiments"), dict):
+        return Verdicts(None, f"{FILE} holds no `experiments` table; no verdicts are shown.", True)
+    return Verdicts(data, None, True)
+
+
+def tested_comparisons(v: Verdicts) -> int:
+    """The comparisons of the sweep that entered Holm's correction (two or more seeds on both sides): the m
+    of min_detectable's level 1 - 0.05/m. Counted from the file; secondary metrics it does not list are not."""
+    comps = [exp.get("comparisons") for exp in v.experiments.values()]
+    return sum(1 for table in comps if isinstance(table, dict) for c in table.values()
+               if isinstance(c, dict) and c.get("verdict") != "one seed" and S.finite(c.get("p_holm")))
+
+
+def _intro(exp: dict) -> str:
+    tuned = exp.get("tuned") or "the tuned setting"
+    values = ", ".join(setting_text(v) for v in S.grid(exp))
+    tuning = ", ".join(map(str, S.tuning_seeds(exp))) or "?"
+    finals = sorted({s for g in (exp.get("groups") or {}).values() for s in (g or {}).get("seeds") or []}, key=str)
+    groups = exp.get("groups") or {}
+    ref = exp.get("reference")
+    ref_label = (groups.get(ref) or {}).get("label") or ref
+    better = "lower is better" if exp.get("lower_is_better", True) else "higher is better"
+    cap = exp.get("cap")
+    cap_text = f" ({cap:.3g}, the {S.cap_text(exp.get('metric'))})" if S.finite(cap) else ""
+    metric = S.metric_text(exp.get("metric"))
+    text = (f"Each group ran at every {tuned} of the grid ({values}) on tuning seeds {tuning}, then on seeds "
+            f"{', '.join(map(str, finals)) or '?'} at its own best value. Score: the {metric} at the end of the "
+            f"schedule ({better}); a run that diverged, stalled or ended worse than the cap scores the "
+            f"cap{cap_text}. Reference: {ref_label}; tolerance {exp.get('tolerance', '?')}.")
+    sizes = exp.get("sizes")
+    if isinstance(sizes, list) and sizes:
+        each = "; ".join(" ".join(f"{k}={setting_text(v)}" for k, v in s.items()) if isinstance(s, dict) else str(s)
+                         for s in sizes)
+        text += f" At {len(sizes)} sizes ({each}): the figure and the table describe the largest."
+    return text
+
+
+def _experiment(name: str, exp: dict, part: str | None, fig_dir: Path, m: int, claims: list[str]) -> list[Section]:
+    tag = F.slug(name)
+    head = "" if part else f"{exp.get('title') or name}: "
+    tuned = exp.get("tuned") or "tuned value"
+    d = decimals(exp)
+    main = Section(f"verdicts-{tag}", f"{head}Each group at its best {tuned}", part=part, paragraphs=[_intro(exp)])
+    path = S.plot_sensitivity(exp, fig_dir / f"sensitivity_{tag}.png")
+    if path:
+        main.figures.append(Figure(path, f"{S.metric_text(exp.get('metric')).capitalize()} against {tuned}",
+                                   SENSITIVITY_CAPTION))
+    table = verdict_table(exp, tag, d)
+    table.notes.append(numbers_note(exp, d, m))
+    main.tables.append(table)
+    out = [main]
+    if isinstance(exp.get("frontier"), dict) and exp["frontier"]:
+        front = Section(f"frontier-{tag}", f"{head}Compute frontier", part=part)
+        path = S.plot_frontier(exp, fig_dir / f"frontier_{tag}.png")
+        if path:
+            front.figures.append(Figure(path, "Score against training FLOPs", FRONTIER_CAPTION))
+        front.tables.append(frontier_table(exp, tag))
+        out.append(front)
+    if claims:
+        out.append(Section(f"claims-{tag}", f"{head}Claims", part=part, items=claims))
+    return out
+
+
+def verdict_sections(v: Verdicts, parts: set[str], fig_dir: Path) -> tuple[dict, Section | None]:
+    """({part id or None: [sections]}, the final "Claims" section or None). An experiment's sections go with
+    the part of that name (`parts`: the report's experiment part ids); None: the sweep has no such part."""
+    exps = v.experiments
+    m = tested_comparisons(v)
+    placed: dict = {}
+    rest = []
+    by_exp: dict[str, list[str]] = {}
+    for c in v.claims:
+        (by_exp.setdefault(c["experiment"], []) if c.get("experiment") in exps else rest).append(claim_text(c))
+    for name, exp in exps.items():
+        part = name if name in parts else None
+        try:
+            sections = _experiment(name, exp, part, fig_dir, m, by_exp.get(name, []))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as e:
+            sections = [Section(f"verdicts-{F.slug(name)}", f"Verdicts: {exp.get('title') or name}", part=part,
+                                paragraphs=[f"{FILE}'s entry for {name} could not be drawn ({type(e).__name__}: "
+                                            f"{e}); its verdicts are in the file."],
+                                items=by_exp.get(name, []))]
+        placed.setdefault(part, []).extend(sections)
+    final = Section("claims", "Claims", items=rest) if rest else None
+    return placed, final
