@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 # The CPU wheel of torch, installed first so that the package's own torch range is already
 # satisfied and pip never fetches the multi-gigabyte CUDA build on a CPU machine.
 TORCH ?= torch==2.13.0
@@ -11,14 +12,20 @@ DEMO_OUT ?= demo
 
 install: $(STAMP)
 
+# The demo needs the package alone; the tests add the dev extras (pytest, import-linter, Triton for the
+# kernel's interpreter tests), so `make demo` on a fresh machine does not wait for them.
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(DEV_STAMP)
+
 # lint-imports: the import contracts of pyproject.toml's [tool.importlinter] (the package's layers).
-test: install
+test: $(DEV_STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest
 

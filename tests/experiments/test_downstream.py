@@ -11,16 +11,18 @@ from blocklab.reporting.report import build_report
 
 def test_the_downstream_presets_are_the_papers_settings():
     he = load_sweep("he-bert")
-    blocks = [r.config.model.block for r in he.runs]
+    blocks = list(dict.fromkeys(r.config.model.block for r in he.runs))
     assert blocks == ["pre-ln", "parallel", "v-skipinit", "sas", "sas-p", "sas-p-nonorm"]
+    assert {r.config.train.lr for r in he.runs} == {3e-4, 1e-3, 3e-3}  # each block at its own best rate
     assert all(r.config.model.task == "mlm" for r in he.runs)
     assert {r.config.model.block: r.config.model.resolved("beta_ff") for r in he.runs if
             r.config.model.resolved("beta_ff") is not None} == {b: 0.05 for b in blocks[2:]}
     assert len({r.config.train.steps for r in he.runs}) == 1  # equal steps
     assert he.finetune.seeds == [0, 1, 2] and len(he.finetune.tasks) == 5 and he.reference["pre-ln"]["score"]
     assert load_sweep("he-bert-gpu").finetune.epochs == 5
-    xiong = {r.name: r.config.train for r in load_sweep("xiong-bert").runs}
-    assert (xiong["pre-ln_wu0"].lr, xiong["pre-ln_wu0"].warmup_steps, xiong["pre-ln_wu0"].schedule) == (3e-4, 0, "linear")
+    xiong = {r.group: r.config.train for r in load_sweep("xiong-bert").runs if r.config.train.lr == 3e-4}
+    assert (xiong["pre-ln_wu0"].warmup_steps, xiong["pre-ln_wu0"].schedule) == (0, "linear")
+    assert {r.config.train.lr for r in load_sweep("xiong-bert").runs} == {1e-4, 3e-4, 1e-3}  # BERT's, Xiong's
     assert xiong["post-ln_warmup"].warmup_steps > 0 and xiong["post-ln_wu0"].warmup_steps == 0
     stage = load_sweep("xiong-bert").finetune
     assert stage.steps and all(s % xiong["pre-ln_wu0"].checkpoint_every == 0 for s in stage.steps)

@@ -1,8 +1,18 @@
-"""The presets of issue 19: zoo, depth, warm-up for every block, and Xiong et al.'s SGD arm."""
+"""The presets: zoo, depth, warm-up for every block, and Xiong et al.'s SGD arm, each tuned per group."""
 import pytest
 
 from blocklab import BLOCKS
-from blocklab.experiments import load_sweep
+from blocklab.experiments import PRESETS, load_sweep
+from blocklab.experiments.warmup_presets import XIONG_ADAM_LRS, XIONG_SGD_LRS
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_tunes_its_learning_rate_with_seeds_apart(name):
+    s = load_sweep(name)
+    assert s.tunes and {t.key for t in s.tunes.values()} == {"train.lr"}
+    for t in s.tunes.values():
+        assert len(t.values) >= 3 and not set(t.seeds) & set(s.final_seeds())  # a best can be interior
+    assert len(s.final_seeds()) >= 2
 
 
 @pytest.mark.parametrize("name", ["zoo", "zoo-gpu"])
@@ -13,11 +23,12 @@ def test_zoo_holds_every_block_and_both_options_with_two_seeds(name):
     assert set(BLOCKS) <= {c.model.block for c in cfgs.values()}
     assert cfgs["dyt"].model.norm == "dyt" and cfgs["dyt"].model.block == "pre-ln"
     assert cfgs["qk-norm"].model.qk_norm and cfgs["qk-norm"].model.block == "pre-ln"
-    assert len(s.runs) == 2 * (len(BLOCKS) + 2)
+    assert len(s.runs) == 3 * (len(BLOCKS) + 2)  # 3 rates x 1 tuning seed; the final seeds follow the tuning
     # one shared recipe (He & Hofmann's), nGPT alone on its paper's: no weight decay, no warm-up
-    shared = {(c.train.optimizer, c.train.lr, c.train.weight_decay, c.train.warmup_steps, c.train.schedule)
+    shared = {(c.train.optimizer, c.train.weight_decay, c.train.warmup_steps, c.train.schedule)
               for g, c in cfgs.items() if g != "ngpt"}
-    assert len(shared) == 1 and next(iter(shared))[2] == 0.1 and next(iter(shared))[3] > 0
+    assert len(shared) == 1 and next(iter(shared))[1] == 0.1 and next(iter(shared))[2] > 0
+    assert len({(r.group, r.config.train.lr) for r in s.runs}) == len(s.runs)  # every block over the grid
     assert (cfgs["ngpt"].train.weight_decay, cfgs["ngpt"].train.warmup_steps) == (0.0, 0)
     steps = {c.train.steps for c in cfgs.values()}
     assert len(steps) == 1
@@ -36,18 +47,36 @@ def test_depth_runs_the_deep_training_claims_up_to_48_layers():
 def test_warmup_covers_every_block(name):
     runs = load_sweep(name).runs
     cells = {(r.config.model.block, r.config.train.warmup_steps, r.config.train.lr) for r in runs}
-    assert len(runs) == len(cells) == len(BLOCKS) * 3 * 2
+    assert len(runs) == len(cells) == len(BLOCKS) * 3 * 3
     assert {b for b, _, _ in cells} == set(BLOCKS)
 
 
 @pytest.mark.parametrize("name,warmups", [("xiong-warmup", (0, 12, 100)), ("xiong-iwslt", (0, 50, 250)),
                                           ("xiong-iwslt-gpu", (0, 500, 4000))])
 def test_xiong_presets_run_adam_and_sgd_with_the_papers_rates(name, warmups):
-    runs = [r.config for r in load_sweep(name).runs]
+    sweep = load_sweep(name)
+    runs = [r.config for r in sweep.runs]
     cells = {(c.model.block, c.train.optimizer, c.train.lr, c.train.warmup_steps) for c in runs}
-    adam = {(b, "adam", lr, w) for b in ("post-ln", "pre-ln") for lr in (5e-4, 1e-3) for w in warmups}
-    sgd = {(b, "sgd", lr, w) for b in ("post-ln", "pre-ln") for lr in (5e-3, 1e-3) for w in warmups}
+    adam = {(b, "adam", lr, w) for b in ("post-ln", "pre-ln") for lr in XIONG_ADAM_LRS for w in warmups}
+    sgd = {(b, "sgd", lr, w) for b in ("post-ln", "pre-ln") for lr in XIONG_SGD_LRS for w in warmups}
+    assert {5e-4, 1e-3} <= set(XIONG_ADAM_LRS) and {5e-3, 1e-3} <= set(XIONG_SGD_LRS)  # the paper's rates
+    assert {r.experiment for r in sweep.runs if r.config.train.optimizer == "sgd"} == {"sgd"}
     assert cells == adam | sgd and len(runs) == len(cells)
     # both optimizers share the schedule: the runs differ in optimizer, rate and warm-up only
     assert len({(c.train.schedule, c.train.inv_sqrt_scale) for c in runs}) == 1
     assert all(c.train.momentum == 0.0 for c in runs if c.train.optimizer == "sgd")
+
+
+@pytest.mark.parametrize("name", ["scaling", "scaling-gpu"])
+def test_scaling_tunes_pre_ln_sas_p_and_two_successors_at_three_sizes(name):
+    from blocklab.blocks import REGISTRY
+
+    s = load_sweep(name)
+    assert len(s.sizes) >= 3 and s.target_run == "pre-ln"
+    blocks = {g.overrides["model"]["block"] for g in s.groups}
+    assert {"pre-ln", "sas-p"} <= blocks and sum(REGISTRY[b].family == "successor" for b in blocks) == 2
+    widths = [r.config.model.d_model for r in s.runs if r.group.startswith("pre-ln")]
+    assert sorted(set(widths)) == sorted({w["model.d_model"] for w in s.sizes})  # tuned at every size
+    flops = [r.config.model.d_model ** 2 * r.config.model.n_layers * r.config.train.steps
+             for r in s.runs if r.group.startswith("pre-ln") and r.value == s.tunes[None].values[0]]
+    assert flops == sorted(flops) and len(set(flops)) == len(flops)  # each size more compute than the last

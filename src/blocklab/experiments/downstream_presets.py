@@ -40,16 +40,19 @@ _HE_RUNS = [
 HE_BERT = {
     "name": "he-bert",
     "description": "He & Hofmann (2024) Table 1 at CPU scale: six blocks pre-trained as masked LMs on the Python "
-                   "standard library at equal steps (4 layers, d=128, beta_FF 0.05, AdamW lr 1e-3), then each "
-                   "fine-tuned on the five CuBERT code tasks (3 epochs, at most 1,000 examples each, 3 seeds).",
-    "expected_cost": "6 pre-training runs of 600 steps (about 4 minutes each) and 90 fine-tuning runs of about "
-                     "100 steps (about 25 s each): about an hour on 2 idle CPU cores",
+                   "standard library at equal steps (4 layers, d=128, beta_FF 0.05, AdamW, each block at its own best "
+                   "lr of 3e-4/1e-3/3e-3, two seeds), then each fine-tuned on the five CuBERT code tasks (3 epochs, "
+                   "at most 1,000 examples each, 3 seeds).",
+    "expected_cost": "30 pre-training runs of 600 steps (about 4 minutes each) and 180 fine-tuning runs of about "
+                     "100 steps (about 25 s each): about 3.5 hours on 2 idle CPU cores",
+    "seeds": [0, 1],
+    "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},
     "target_run": "pre-ln",
     "reference": HE_TABLE1,
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"task": "mlm", "d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
-        "train": {"steps": 600, "batch_size": 32, "lr": 1e-3, "weight_decay": 0.1, "log_every": 10,
+        "train": {"steps": 600, "batch_size": 32, "weight_decay": 0.1, "log_every": 10,
                   "eval_every": 100, "eval_batches": 8, "checkpoint_every": 600, "stall_patience": 0},
     },
     "runs": _HE_RUNS,
@@ -60,16 +63,19 @@ HE_BERT_GPU = {
     "name": "he-bert-gpu",
     "description": "He & Hofmann (2024) Table 1 on a GPU: crammed-BERT-sized encoders (16 layers, d=768, 12 heads, "
                    "MLP 3072, T=128) pre-trained on the whole Python environment, bf16, beta_FF 0.05, then fine-tuned "
-                   "on the five code tasks for 5 epochs, 3 seeds (their fine-tuning recipe's length).",
-    "expected_cost": "per pre-training run 20k steps x 256 x 128 = 655M tokens, about 4e17 FLOPs: roughly 20 minutes "
-                     "on one H100 at 40% bf16 utilisation (an estimate from the FLOP count, not a measurement), then "
-                     "90 fine-tuning runs (6 encoders x 5 tasks x 3 seeds) of a few minutes each",
+                   "on the five code tasks for 5 epochs, 3 seeds (their fine-tuning recipe's length); each block at its "
+                   "own best lr of 3e-4/1e-3/3e-3, two pre-training seeds.",
+    "expected_cost": "30 pre-training runs; each 20k steps x 256 x 128 = 655M tokens, about 4e17 FLOPs: roughly 20 "
+                     "minutes on one H100 at 40% bf16 utilisation (an estimate from the FLOP count, not a "
+                     "measurement), then 180 fine-tuning runs (12 encoders x 5 tasks x 3 seeds) of a few minutes each",
+    "seeds": [0, 1],
+    "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},
     "target_run": "pre-ln",
     "reference": HE_TABLE1,
     "base": {
         "data": {"source": "python", "vocab_size": 32768, "seq_len": 128},
         "model": {"task": "mlm", "d_model": 768, "n_layers": 16, "n_heads": 12, "d_ff": 3072},
-        "train": {"steps": 20000, "batch_size": 256, "lr": 1e-3, "weight_decay": 0.01, "precision": "bf16",
+        "train": {"steps": 20000, "batch_size": 256, "weight_decay": 0.01, "precision": "bf16",
                   "compile": True, "log_every": 50, "eval_every": 1000, "checkpoint_every": 2000,
                   "stall_patience": 0},
     },
@@ -79,17 +85,21 @@ HE_BERT_GPU = {
 }
 
 # BERT's own recipe for both (LayerNorm, normal init, Adam with decoupled weight decay 0.01, linear
-# decay), Post-LN with a 10% warm-up at BERT's lr 1e-4, Pre-LN without warm-up at Xiong's 3e-4.
+# decay), Post-LN with a 10% warm-up and without, Pre-LN without warm-up; each at its own best rate of
+# a grid around BERT's 1e-4 and Xiong's 3e-4.
 _XIONG_BERT_TRAIN = {"steps": 800, "batch_size": 32, "weight_decay": 0.01, "beta2": 0.999, "log_every": 10,
                      "eval_every": 100, "eval_batches": 8, "checkpoint_every": 200, "keep_checkpoints": 0,
                      "stall_patience": 0}
 XIONG_BERT = {
     "name": "xiong-bert",
     "description": "Xiong et al. (2020) Fig. 4 at CPU scale: masked-LM pre-training (6 layers, d=128, LayerNorm) of "
-                   "Post-LN with a 10% warm-up (lr 1e-4), Post-LN without, and Pre-LN without warm-up (lr 3e-4), "
-                   "linear decay; the checkpoints of steps 200/400/600/800 fine-tuned on two code tasks, 2 seeds.",
-    "expected_cost": "3 pre-training runs of 800 steps (about 7 minutes each) and 48 fine-tuning runs of about 100 "
-                     "steps (about 25 s each): about 45 minutes on 2 idle CPU cores",
+                   "Post-LN with a 10% warm-up, Post-LN without, and Pre-LN without warm-up, each at its own best lr "
+                   "of 1e-4/3e-4/1e-3, two seeds, linear decay; the checkpoints of steps 200/400/600/800 fine-tuned "
+                   "on two code tasks, 2 seeds.",
+    "expected_cost": "15 pre-training runs of 800 steps (about 7 minutes each) and 96 fine-tuning runs of about 100 "
+                     "steps (about 25 s each): about 2.5 hours on 2 idle CPU cores",
+    "seeds": [0, 1],
+    "tune": {"key": "train.lr", "values": [1e-4, 3e-4, 1e-3]},
     "target_run": "post-ln_warmup",
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
@@ -97,12 +107,10 @@ XIONG_BERT = {
         "train": _XIONG_BERT_TRAIN,
     },
     "runs": [
-        {"name": "post-ln_warmup", "label": "Post-LN, warm-up 80, lr 1e-4", "model.block": "post-ln",
-         "train.lr": 1e-4, "train.warmup_steps": 80},
-        {"name": "post-ln_wu0", "label": "Post-LN, no warm-up, lr 1e-4", "model.block": "post-ln",
-         "train.lr": 1e-4, "train.warmup_steps": 0},
-        {"name": "pre-ln_wu0", "label": "Pre-LN, no warm-up, lr 3e-4", "model.block": "pre-ln",
-         "train.lr": 3e-4, "train.warmup_steps": 0},
+        {"name": "post-ln_warmup", "label": "Post-LN, warm-up 80", "model.block": "post-ln",
+         "train.warmup_steps": 80},
+        {"name": "post-ln_wu0", "label": "Post-LN, no warm-up", "model.block": "post-ln", "train.warmup_steps": 0},
+        {"name": "pre-ln_wu0", "label": "Pre-LN, no warm-up", "model.block": "pre-ln", "train.warmup_steps": 0},
     ],
     "finetune": {"tasks": ["variable-misuse", "docstring-mismatch"], "seeds": [0, 1], "epochs": 3,
                  "steps": [200, 400, 600, 800], "data.max_examples": 1000},
