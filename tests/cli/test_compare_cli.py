@@ -150,3 +150,14 @@ def test_sigterm_to_compare_stops_every_parallel_run_and_the_same_command_resume
     assert subprocess.run(cmd, capture_output=True, text=True, timeout=600).returncode == 0
     final = {p.parent.name: json.loads(p.read_text())["status"] for p in out.glob("runs/*/summary.json")}
     assert set(final.values()) <= {"completed", "stalled"} and len(final) == 4  # every run finished
+
+
+def test_the_default_jobs_rule(monkeypatch):
+    from blocklab.experiments import jobs
+    from blocklab.training.config import load_config
+
+    monkeypatch.setattr(jobs, "cpu_count", lambda: 2)
+    small, wide = load_config(None, {"model": {"d_model": 64}}), load_config(None, {"model": {"d_model": 512}})
+    assert jobs.default_jobs([small] * 8) == 2  # measured 1.2-1.3x faster
+    assert jobs.default_jobs([small] * 4) == 1  # measured 0.89x: the workers' start is not paid back
+    assert jobs.default_jobs([small] * 7 + [wide]) == 1

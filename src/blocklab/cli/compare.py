@@ -70,8 +70,9 @@ def add_parser(sub) -> None:
     p.add_argument("--seeds", help="comma-separated final seeds replacing the sweep's, e.g. 3,4 (the default "
                                    "tuning seed follows: max + 1)")
     p.add_argument("--jobs", type=int, help="runs at once, each a process with its share of the threads (one per "
-                                            "GPU on several GPUs); default: one single-threaded run per core "
-                                            "when every model has d_model <= 256 on a CPU, else 1")
+                                            "GPU on several GPUs); default on a CPU: one single-threaded run per "
+                                            "core when every model has d_model <= 256 and there are at least 4 "
+                                            "runs per core, else 1 (measured: benchmarks/RESULTS.md)")
     p.add_argument("--rerun-changed", action="store_true",
                    help="move stored runs whose settings differ from the sweep's to DIR/replaced/ and train "
                         "them again (without it, compare refuses such a directory)")

@@ -19,9 +19,11 @@ from pathlib import Path
 
 from blocklab.atomic import write_atomic
 
-# Runs of at most this width gain from one single-threaded process per core on a CPU (RESULTS.md, "compare
-# --jobs"); wider ones are left to one process using every core.
+# Measured on 2 cores (benchmarks/RESULTS.md, "compare --jobs"): 8 runs of the quick preset's shape train
+# 1.2-1.3x faster 2 at a time, single-threaded, than one after another on both threads; 4 runs 0.89x (the
+# workers' start is not paid back); d=512 runs gain about nothing (1.01-1.08x).
 SMALL_WIDTH = 256
+RUNS_PER_PROCESS = 4
 
 
 def cpu_count() -> int:
@@ -33,13 +35,16 @@ def cpu_count() -> int:
 
 def default_jobs(configs) -> int:
     """One run per GPU where there are several; on a CPU, one single-threaded run per core when every run is
-    small (d_model <= SMALL_WIDTH), else one run at a time."""
+    small (d_model <= SMALL_WIDTH) and there are at least RUNS_PER_PROCESS runs for each process to amortise
+    its start (a spawned process imports torch), else one run at a time."""
     import torch
 
     if torch.cuda.is_available():
         return max(1, torch.cuda.device_count())
+    configs = list(configs)
+    cores = max(1, cpu_count())
     small = all(c.model.d_model <= SMALL_WIDTH for c in configs)
-    return max(1, cpu_count()) if small else 1
+    return cores if small and len(configs) >= RUNS_PER_PROCESS * cores else 1
 
 
 def _watch_parent(parent: int) -> None:
