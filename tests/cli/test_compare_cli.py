@@ -161,3 +161,14 @@ def test_the_default_jobs_rule(monkeypatch):
     assert jobs.default_jobs([small] * 8) == 2  # measured 1.2-1.3x faster
     assert jobs.default_jobs([small] * 4) == 1  # measured 0.89x: the workers' start is not paid back
     assert jobs.default_jobs([small] * 7 + [wide]) == 1
+
+
+def test_runs_the_sweep_no_longer_names_are_kept_and_said(tmp_path, overrides):
+    base = dict(overrides, train=dict(overrides["train"], steps=2, checkpoint_every=100, eval_every=2))
+    out, seen = tmp_path / "out", []
+    run_sweep(build_sweep({"name": "e", "base": base, "runs": [{"name": "old", "model.block": "pre-ln"}]}), out,
+              progress=False, log=lambda *a: None)
+    run_sweep(build_sweep({"name": "e", "base": base, "runs": [{"name": "new", "model.block": "pre-ln"}]}), out,
+              progress=False, log=seen.append)
+    assert (out / "runs" / "old" / "summary.json").is_file()  # kept
+    assert any("1 run(s)" in s and "(old)" in s and "left out" in s for s in seen)

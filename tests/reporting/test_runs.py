@@ -88,6 +88,16 @@ def test_tuning_runs_and_replaced_runs_are_not_report_runs(sweep):
         load_runs(sweep)
 
 
+def test_runs_an_edited_sweep_no_longer_names_are_left_out(sweep):
+    """A run left under runs/ by an older version of the sweep (compare lists every run it has, tuning ones
+    included) is neither reused nor reported; without `tuning` (an older sweep.json) every run found counts."""
+    write_run(sweep / "runs" / "pre-ln_s0", "pre-ln", 0.01, last_step=50, steps=50)
+    assert "runs/pre-ln_s0" in [r.name for r in load_runs(sweep)[0]]
+    meta = json.loads((sweep / "sweep.json").read_text())
+    (sweep / "sweep.json").write_text(json.dumps(dict(meta, tuning=[])))
+    assert "runs/pre-ln_s0" not in [r.name for r in load_runs(sweep)[0]]
+
+
 def test_default_target_is_worst_completed_final_loss(sweep):
     runs, _ = load_runs(sweep)
     target = choose_target(runs)

@@ -138,9 +138,20 @@ def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=p
         if run_finetunes(sweep.finetune, finals, out, progress, log)["status"] == "interrupted":
             log("sweep interrupted while fine-tuning; run the same command again to continue")
             return {"status": "interrupted", "runs": results, "finals": finals}
+    _note_leftovers(sweep, finals, out, log)
     verdicts = compute_verdicts(sweep, out, finals)
     write_atomic(out / "verdicts.json", json.dumps(verdicts, indent=2) + "\n")
     return {"status": "completed", "runs": results, "finals": finals, "verdicts": verdicts}
+
+
+def _note_leftovers(sweep: Sweep, finals: list[RunSpec], out: Path, log) -> None:
+    """Runs under DIR/runs that this sweep no longer names (an edited grid, an older version of a preset):
+    kept where they are, left out of the verdicts and the report, and said so."""
+    names = {r.name for r in sweep.runs + finals}
+    left = sorted(p.name for p in (out / "runs").iterdir() if p.is_dir() and p.name not in names)
+    if left:
+        log(f"{len(left)} run(s) in {out / 'runs'} are not part of this sweep ({', '.join(left[:3])}"
+            f"{', ...' if len(left) > 3 else ''}): kept, but left out of the verdicts and the report")
 
 
 def run_probes(sweep: Sweep, out: Path, log=print) -> None:

@@ -256,8 +256,11 @@ def _not_report_runs(dirs: list[Path], rel: dict, sweep: dict) -> set[Path]:
     reach the report through verdicts.json). A tuning run that `runs` lists too (reused as a final seed) stays."""
     aside = {d for d in dirs if rel[d] == REPLACED or rel[d].startswith(REPLACED + "/")}
     final = [keys for keys, _, _ in _sweep_entries(sweep)]
-    for keys, _, _ in _sweep_entries(sweep, "tuning"):
+    tuning = [keys for keys, _, _ in _sweep_entries(sweep, "tuning")]
+    for keys in tuning:
         aside |= {d for d in dirs if _names(rel[d], keys) and not any(_names(rel[d], k) for k in final)}
+    if "tuning" in sweep:  # compare lists every run of the sweep: the rest under runs/ are an older sweep's
+        aside |= {d for d in dirs if rel[d].startswith("runs/") and not any(_names(rel[d], k) for k in final + tuning)}
     return aside
 
 
