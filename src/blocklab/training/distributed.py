@@ -3,7 +3,7 @@ wrappers (DDP, FSDP) are in training/parallel.py."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -17,6 +17,15 @@ class Dist:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    # The last tensors this process reduced, alive as long as this object. Gloo's worker thread drops a
+    # finished collective's tensors after wait() has returned; dropping the last reference to a Python tensor
+    # there needs the GIL, which the main thread holds while it tears the process group down and joins that
+    # thread: a deadlock (seen at the end of a torchrun test, one rank hung in ~ProcessGroupGloo). Kept here,
+    # they are freed by the main thread, long after the worker let go of them.
+    _inflight: list = field(default_factory=list, repr=False)
+
+    def _keep(self, t: torch.Tensor) -> None:
+        self._inflight = self._inflight[-15:] + [t]
 
     @property
     def enabled(self) -> bool:
@@ -30,6 +39,7 @@ class Dist:
         if self.enabled:
             value = value.clone()
             dist.all_reduce(value)
+            self._keep(value)
         return value
 
     def max(self, value: float) -> float:
@@ -38,10 +48,12 @@ class Dist:
             return value
         t = torch.tensor(float(value), dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        self._keep(t)
         return t.item()
 
     def close(self) -> None:
         if self.enabled and dist.is_initialized():
+            dist.barrier()  # every process is done with its collectives before any tears the group down
             dist.destroy_process_group()
 
 
