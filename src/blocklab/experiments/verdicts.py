@@ -117,7 +117,8 @@ def _group_entry(sweep, out, g, size, finals, cap, tolerance) -> dict:
     scores = [score for _, score, _ in scored]
     mean, sd = stats.mean_sd(scores) if scores else (None, None)
     done = [s for _, _, s in scored if s]
-    entry.update(seeds=[seed for seed, _, _ in scored], scores=scores, statuses=[s.get("status") for s in done],
+    entry.update(seeds=[seed for seed, _, _ in scored], scores=scores,
+                 statuses=[(s or {}).get("status", "missing") for _, _, s in scored],
                  mean=mean, sd=sd, ci95=stats.t_interval(scores) if len(scores) > 1 else None,
                  n_params=done[0].get("n_params") if done else None,
                  tokens_per_s=statistics.median([s["tokens_per_s"] for s in done if _finite(s.get("tokens_per_s"))])
