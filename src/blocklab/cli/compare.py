@@ -101,8 +101,7 @@ def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs} is not valid; give a positive number of runs at once")
     jobs = args.jobs or default_jobs([r.config for r in sweep.runs])
-    n_final = sum(len(sweep.final_seeds()) for g in sweep.groups if sweep.tune_of(g)) * len(sweep.size_indices())
-    print(f"sweep {sweep.name}: {len(sweep.runs) + n_final} runs into {args.out}, {jobs} at a time "
+    print(f"sweep {sweep.name}: {sweep.n_runs} runs into {args.out}, {jobs} at a time "
           f"({sweep.expected_cost or 'cost unknown'})", file=sys.stderr)
     result = run_sweep(sweep, args.out, progress=False if args.no_progress else None, jobs=jobs,
                        rerun_changed=args.rerun_changed, log=_log)

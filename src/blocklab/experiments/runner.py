@@ -16,19 +16,13 @@ IGNORED = {("train", "log_every"), ("train", "checkpoint_every"), ("train", "kee
 
 def changed_settings(run: RunSpec, run_dir: Path) -> list[str]:
     """The settings in which a stored run differs from what the sweep now asks ("train.lr 0.001 -> 0.003")."""
-    from blocklab.training.config import load_config
+    from blocklab.training.config import config_differences, load_config
 
     try:
-        stored = load_config(run_dir / "config.toml").to_dict()
+        stored = load_config(run_dir / "config.toml")
     except UserError as e:
         return [f"an unreadable config ({e})"]
-    out = []
-    for section, values in run.config.to_dict().items():
-        for key, value in values.items():
-            old = stored.get(section, {}).get(key)
-            if old != value and (section, key) not in IGNORED:
-                out.append(f"{section}.{key} {old!r} -> {value!r}")
-    return out
+    return [f"{key} {old!r} -> {value!r}" for key, old, value in config_differences(stored, run.config, IGNORED)]
 
 
 def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print) -> None:
@@ -113,8 +107,7 @@ def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=p
     finals = sweep.final_runs({})
     write_atomic(out / "sweep.json", json.dumps(sweep.to_json(finals), indent=2) + "\n")
     results: dict = {}
-    n_final = sum(len(sweep.final_seeds()) for g in sweep.groups if sweep.tune_of(g)) * len(sweep.size_indices())
-    total = len(sweep.runs) + n_final
+    total = sweep.n_runs
     if _train_phase(sweep.runs, out, jobs, progress, log, results, total) == "interrupted":
         log("sweep interrupted; run the same command again to continue")
         return {"status": "interrupted", "runs": results, "finals": finals}

@@ -95,6 +95,12 @@ class Sweep:
         return [r for r in self.runs if r.phase == "tune"]
 
     @property
+    def n_runs(self) -> int:
+        """Every run the sweep trains: those known now, and the tuned groups' final runs (the reused ones aside)."""
+        finals = sum(len(self.final_seeds()) for g in self.groups if self.tune_of(g)) * len(self.size_indices())
+        return len(self.runs) + finals
+
+    @property
     def tuned(self) -> bool:
         return bool(self.tunes)
 

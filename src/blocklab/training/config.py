@@ -241,6 +241,15 @@ def describe_recipe(block: str, applied: dict) -> str:
     return f"recipe of {spec.label} ({spec.recipe_source}): {values}"
 
 
+def config_differences(saved: RunConfig, asked: RunConfig, ignore=frozenset()) -> list[tuple[str, object, object]]:
+    """[(dotted key, saved value, asked value)] for every setting in which two configs differ, except `ignore`
+    ({(section, key)}): what resuming a run and reusing a sweep's stored run both check."""
+    old = saved.to_dict()
+    return [(f"{section}.{key}", old.get(section, {}).get(key), value)
+            for section, values in asked.to_dict().items() for key, value in values.items()
+            if old.get(section, {}).get(key) != value and (section, key) not in ignore]
+
+
 def load_config(path: str | Path | None, overrides: list[str] | dict | None = None, recipe: bool = False) -> RunConfig:
     """The file's settings, then the overrides over them; with `recipe`, the block's recipe fills in the
     settings that neither sets (apply_recipe), and RunConfig.recipe records what it filled in.

@@ -19,7 +19,8 @@ from blocklab.atomic import write_atomic
 from blocklab.training.checkpoint import (has_checkpoint, numerics, open_checkpoint, read_weights, restore_rng,
                                          save_checkpoint)
 from blocklab.training.sharded import load_sharded, open_sharded, save_sharded
-from blocklab.training.config import RunConfig, compiles, describe_recipe, load_config, to_toml
+from blocklab.training.config import (RunConfig, compiles, config_differences, describe_recipe, load_config,
+                                     to_toml)
 from blocklab.attention.modules import attention_path
 from blocklab.probes.grads import layer_grad_norms
 from blocklab.training.logger import MetricsLogger, grad_values
@@ -45,13 +46,9 @@ def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) ->
                 p = out / name
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
         elif resume:
-            saved = load_config(out / "config.toml").to_dict()
-            for section, values in cfg.to_dict().items():
-                for key, value in values.items():
-                    if saved[section].get(key) != value and (section, key) not in RESUMABLE_CHANGES:
-                        raise UserError(
-                            f"{out} holds a run with {section}.{key}={saved[section].get(key)!r}, not {value!r}; "
-                            f"resume with the same config or pass --overwrite")
+            for key, old, value in config_differences(load_config(out / "config.toml"), cfg, RESUMABLE_CHANGES)[:1]:
+                raise UserError(f"{out} holds a run with {key}={old!r}, not {value!r}; "
+                                f"resume with the same config or pass --overwrite")
         else:
             raise UserError(f"{out} already holds a run; pass --resume to continue it or --overwrite to replace it")
     elif resume:
