@@ -27,7 +27,6 @@ import argparse
 import collections
 import contextlib
 import json
-import math
 import os
 import shutil
 import subprocess

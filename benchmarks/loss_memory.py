@@ -9,7 +9,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+
 from blocklab.model.loss import chunked_cross_entropy
+
 mode, B, T, V, d = sys.argv[1], int(sys.argv[2]), 256, 32000, 256
 torch.manual_seed(0)
 h = torch.randn(B, T, d, requires_grad=True)

@@ -31,7 +31,7 @@ def main() -> None:
         model = build_model(shape.model_config(block, impl or "sdpa")).to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
-        def step():
+        def step(model=model, opt=opt):
             with torch.autocast(dev.type, torch.bfloat16, enabled=args.precision == "bf16"):
                 loss = model(ids, labels=ids).loss
             loss.backward()

@@ -1,7 +1,7 @@
 """Shared test helpers: a small config and parameter randomisation."""
 import torch
 
-from blocklab import ModelConfig, build_model
+from blocklab import ModelConfig
 
 
 def small_cfg(block="pre-ln", task="clm", **kw):

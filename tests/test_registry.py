@@ -4,14 +4,14 @@ import pytest
 import torch
 import torch.nn as nn
 
-from blocklab import BLOCKS, ModelConfig, build_model
+from blocklab import BLOCKS, build_model
 from blocklab.blocks import FAMILIES, HIDDEN_NORM_LAWS, REGISTRY, BlockSpec, Predictions, register, unregister
-from blocklab.registry import block_recipe
 from blocklab.blocks.classic import PreLN, PreLNDecoderBlock
 from blocklab.blocks.decoder import DecoderBlock
 from blocklab.config import TASKS
 from blocklab.layers import RMSNorm
 from blocklab.probes import predictions
+from blocklab.registry import block_recipe
 from blocklab.reporting import claims, figures
 from tests.helpers import small_cfg
 

@@ -9,7 +9,6 @@ from scipy.stats import ttest_ind
 
 from blocklab import stats
 
-
 # --- means, intervals, Welch, Holm ---------------------------------------------------------------------------
 
 def test_mean_sd_and_one_value():

@@ -2,8 +2,7 @@
 from blocklab import tokens
 from blocklab.data import IGNORE_INDEX, SPECIAL_TOKENS
 from blocklab.data.tokenizer import special_ids, train_tokenizer
-from blocklab.model import loss
-from blocklab.model import seq2seq
+from blocklab.model import loss, seq2seq
 
 
 def test_a_trained_tokenizer_gives_the_special_tokens_their_fixed_ids():

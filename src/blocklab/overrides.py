@@ -7,7 +7,7 @@ is the caller's (training/config.py `coerce`): this module knows the syntax, not
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from blocklab.errors import UserError
 

@@ -24,11 +24,22 @@ from blocklab.attention.centring import allowed, centred_mean, centring_matrix
 from blocklab.attention.functional import attention_matrix, softmax_attention
 from blocklab.attention.fused import fused_shaped_attention
 from tests.attention.fused_cases import (
-    B, CUDA, H, MASKS, ON_CPU, assert_matches_reference, kernel_args,
-    make_inputs, make_mask, needs_cuda, randn, reference, rel_err,
-    skip_unless_runs, tolerance,
+    CUDA,
+    MASKS,
+    ON_CPU,
+    B,
+    H,
+    assert_matches_reference,
+    kernel_args,
+    make_inputs,
+    make_mask,
+    needs_cuda,
+    randn,
+    reference,
+    rel_err,
+    skip_unless_runs,
+    tolerance,
 )
-
 
 
 @pytest.mark.parametrize("mask_kind", MASKS)

@@ -12,7 +12,8 @@ import torch
 from blocklab import build_model
 from blocklab.attention.fused import triton
 from tests.attention.fused_cases import (
-    randn, rel_err,
+    randn,
+    rel_err,
 )
 from tests.helpers import randomize, small_cfg
 

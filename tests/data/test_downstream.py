@@ -1,6 +1,5 @@
 """The code tasks' file pool: nothing the pre-training split trained on, by content; a fixed split."""
 import hashlib
-import shutil
 import sysconfig
 from pathlib import Path
 

@@ -19,13 +19,13 @@ def test_lines_end_at_newlines_and_a_final_newline_adds_no_empty_line():
 
 def test_read_lines_of_a_file(tmp_path):
     f = tmp_path / "in.txt"
-    f.write_bytes("Grüße\tgreetings\n\nzwei\n".encode("utf-8"))
+    f.write_bytes("Grüße\tgreetings\n\nzwei\n".encode())
     assert read_lines(f) == ["Grüße\tgreetings", "", "zwei"]
     assert read_lines(str(f), "--input") == ["Grüße\tgreetings", "", "zwei"]
 
 
 def test_read_lines_of_standard_input(monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("eins\nzwei\n".encode("utf-8"))))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"eins\nzwei\n")))
     assert read_lines(None) == ["eins", "zwei"]
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok\n\xff\n")))
     with pytest.raises(UserError, match=r"^standard input line 2: not valid UTF-8$"):

@@ -92,7 +92,8 @@ def test_bias_false_has_no_biases_and_the_same_weights_as_before(task, init):
     with_bias = build_model(cfg(task, init=init, bias=True))
     n_mlp = sum(1 for m in model.modules() if hasattr(m, "fc1"))
     extra = 4 * D * len(attentions(model)) + (4 * D + D) * n_mlp
-    count = lambda m: sum(p.numel() for p in m.parameters())
+    def count(m):
+        return sum(p.numel() for p in m.parameters())
     assert count(with_bias) - count(model) == extra
 
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from blocklab import ModelConfig, build_model
-from blocklab.model.beam import beam_search
 from blocklab.model.base import padding_mask
+from blocklab.model.beam import beam_search
 from blocklab.model.seq2seq import EOS_ID, MASK_ID, PAD_ID, Seq2Seq
 from tests.helpers import randomize, small_cfg
 

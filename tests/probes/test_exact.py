@@ -7,8 +7,14 @@ import torch.nn.functional as F
 
 from blocklab import ModelConfig, build_model
 from blocklab.probes import cosine_similarities, hidden_sq_norms, probe_batch
-from blocklab.probes.predictions import (fit_loglog, hidden_norm_constants, hidden_norm_prediction,
-                                         layernorm_jacobian_norm, lemma2_bounds, rmsnorm_jacobian_norm)
+from blocklab.probes.predictions import (
+    fit_loglog,
+    hidden_norm_constants,
+    hidden_norm_prediction,
+    layernorm_jacobian_norm,
+    lemma2_bounds,
+    rmsnorm_jacobian_norm,
+)
 
 D = 32
 

@@ -50,7 +50,7 @@ def write_run(path: Path, block: str, slope: float, *, last_step: int, steps: in
         rows.append(row)
     text = "".join(json.dumps(r) + "\n" for r in rows)
     if partial_line:
-        text += '{"step": %d, "loss": 3.2, "lr": 0.0' % (last_step + log_every)  # killed mid-write
+        text += '{"step": ' + str(last_step + log_every) + ', "loss": 3.2, "lr": 0.0'  # killed mid-write
     (path / "metrics.jsonl").write_text(text)
     if status is not None:
         summary = {"status": status, "step": last_step if status != "diverged" else diverged_step - 1,

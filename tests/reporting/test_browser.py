@@ -10,7 +10,6 @@ import subprocess
 import pytest
 
 from blocklab.reporting import generate_report
-
 from tests.reporting.chromium import require
 from tests.reporting.fakes import make_fake_sweep
 

@@ -1,8 +1,6 @@
 """The sentences under the probe and gain figures come from the numbers those figures draw."""
 import json
 
-import pytest
-
 from blocklab.reporting import load_runs
 from blocklab.reporting.claims import gains_sentence, probe_sentences
 

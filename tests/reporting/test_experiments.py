@@ -8,7 +8,6 @@ import pytest
 
 from blocklab.reporting import figures as F
 from blocklab.reporting import generate_report
-
 from tests.reporting.fakes import make_experiment_sweep, make_fake_sweep, write_run
 
 

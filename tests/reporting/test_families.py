@@ -7,7 +7,6 @@ from blocklab.registry import FAMILIES
 from blocklab.reporting import generate_report
 from blocklab.reporting.figures import FAMILY_STYLES, block_colour, run_styles
 from blocklab.reporting.runs import Run, family_order
-
 from tests.reporting.fakes import write_run
 
 

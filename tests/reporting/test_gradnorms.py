@@ -3,8 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from blocklab.reporting.gradnorms import (grad_norm_ratios, grad_norm_table_md, moments,
-                                          plot_grad_norms_training, roles)
+from blocklab.reporting.gradnorms import grad_norm_ratios, grad_norm_table_md, moments, plot_grad_norms_training, roles
 from blocklab.reporting.runs import Run, load_run
 from tests.reporting.fakes import write_run
 

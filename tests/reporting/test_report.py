@@ -7,7 +7,6 @@ from blocklab.cli import main
 from blocklab.errors import UserError
 from blocklab.reporting import generate_report, write_report
 from blocklab.reporting.report import build_report
-
 from tests.reporting.fakes import make_fake_sweep, write_run
 
 

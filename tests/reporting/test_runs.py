@@ -8,7 +8,6 @@ import pytest
 from blocklab.errors import UserError
 from blocklab.reporting import choose_target, find_run_dirs, load_runs, smooth, steps_to_target
 from blocklab.reporting.analysis import markdown_table, run_row, smoothing_window
-
 from tests.reporting.fakes import make_fake_sweep, write_run
 
 

@@ -9,7 +9,6 @@ from matplotlib.figure import Figure
 
 from blocklab.reporting.figures import block_colour
 from blocklab.reporting.sensitivity import draw_frontier, draw_sensitivity
-
 from tests.reporting.fake_verdicts import CAP, LRS, verdicts
 
 

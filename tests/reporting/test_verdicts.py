@@ -9,7 +9,6 @@ import pytest
 
 from blocklab.reporting import generate_report, load_runs
 from blocklab.reporting.parts import VERDICT_CAPTION
-
 from tests.reporting.fake_verdicts import REUSED, TUNING, make_tuned_sweep
 
 

@@ -13,7 +13,6 @@ from blocklab.training.checkpoint import load_checkpoint
 from blocklab.training.config import load_config
 from blocklab.training.finetune import finetune, finetune_config
 from blocklab.training.pretrained import load_encoder
-from tests.helpers import as_args
 
 
 @pytest.fixture(scope="module")

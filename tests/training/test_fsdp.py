@@ -9,7 +9,6 @@ reduced across processes in another order than one process sums it.
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from blocklab.errors import UserError
-from blocklab.training import load_config, train
-from blocklab.training import parallel
+from blocklab.training import load_config, parallel, train
 from blocklab.training.trainer import Trainer
 
 REL = 1e-5  # micro-batches sum the loss and the gradients in another order: float tolerance, not equality

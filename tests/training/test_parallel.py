@@ -10,8 +10,14 @@ import torch.nn as nn
 
 from blocklab import build_model
 from blocklab.training.distributed import Dist
-from blocklab.training.parallel import (all_blocks, checkpoint_activations, gradient_sync, is_sharded, micro_batches,
-                                        wrap)
+from blocklab.training.parallel import (
+    all_blocks,
+    checkpoint_activations,
+    gradient_sync,
+    is_sharded,
+    micro_batches,
+    wrap,
+)
 from tests.helpers import small_cfg
 
 V = 97

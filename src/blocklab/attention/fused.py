@@ -13,7 +13,6 @@ because dynamo would otherwise trace into the interpreted kernels with fake tens
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -34,15 +33,15 @@ def unavailable_reason(device: torch.device) -> str | None:
     return None
 
 
-def _meta(q: Tensor, key_mask: Optional[Tensor]) -> dict:
+def _meta(q: Tensor, key_mask: Tensor | None) -> dict:
     B, H, T, D = q.shape
     sm_scale, qk_scale = fk.scales(D)
     return dict(B=B, H=H, T=T, D=D, BD=max(16, triton.next_power_of_2(D)), SM=sm_scale, QK=qk_scale,
                 bucket=triton.next_power_of_2(T), skmb=0 if key_mask is None or key_mask.shape[0] == 1 else T)
 
 
-def _forward_impl(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, gamma: Optional[Tensor],
-                  key_mask: Optional[Tensor], counts: Optional[Tensor], causal: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _forward_impl(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, gamma: Tensor | None,
+                  key_mask: Tensor | None, counts: Tensor | None, causal: bool) -> tuple[Tensor, Tensor, Tensor]:
     m = _meta(q, key_mask)
     B, H, T, D = m["B"], m["H"], m["T"], m["D"]
     # The sdpa path's dtype: alpha V is the residual stream, fp32 under autocast.
@@ -60,7 +59,7 @@ def _forward_impl(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, 
 
 
 def _backward_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor,
-                   gamma: Optional[Tensor], key_mask: Optional[Tensor], counts: Optional[Tensor], att: Tensor,
+                   gamma: Tensor | None, key_mask: Tensor | None, counts: Tensor | None, att: Tensor,
                    lse: Tensor, causal: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     m = _meta(q, key_mask)
     B, H, T, D = m["B"], m["H"], m["T"], m["D"]

@@ -4,9 +4,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from blocklab.attention.centring import centring_matrix, centred_mean
+from blocklab.attention.centring import centred_mean, centring_matrix
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
-from blocklab.attention.fused import fused_shaped_attention, unavailable_reason as fused_unavailable
+from blocklab.attention.fused import fused_shaped_attention
+from blocklab.attention.fused import unavailable_reason as fused_unavailable
 from blocklab.config import ModelConfig
 from blocklab.layers import RMSNorm, gain
 

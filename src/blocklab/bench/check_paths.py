@@ -8,8 +8,8 @@ report it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -80,7 +80,7 @@ class Inputs:
         qkv = [split_heads(t, self.H) for t in self.leaves[:3]]
         return qkv + self.leaves[3:] if kind == "shaped" else qkv
 
-    def float64(self) -> "Inputs":
+    def float64(self) -> Inputs:
         """The same values in float64, fresh leaves: what the reference runs on."""
         return Inputs([t.detach().double().requires_grad_() for t in self.leaves], self.key_mask, self.H)
 

@@ -12,8 +12,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 import torch
 

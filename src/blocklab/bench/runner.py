@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from blocklab.bench.config import BenchConfig, Variant
 from blocklab.bench.flops import step_flops

@@ -12,9 +12,9 @@ import torch.nn as nn
 
 from blocklab.attention import MultiHeadAttention
 from blocklab.blocks.decoder import DecoderBlock
-from blocklab.registry import Predictions, register
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, Dropout, norm_layer
+from blocklab.registry import Predictions, register
 
 
 class _Classic(nn.Module):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

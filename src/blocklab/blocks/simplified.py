@@ -5,9 +5,9 @@ import torch
 import torch.nn as nn
 
 from blocklab.attention import IdentityPlus, ShapedAttention
-from blocklab.registry import Predictions, register
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, gain, norm_layer
+from blocklab.registry import Predictions, register
 
 # The probes' source for every prediction below: shaped attention is the identity at init (He & Hofmann),
 # then the variance argument of Xiong et al.'s Lemma 2.

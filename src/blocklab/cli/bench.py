@@ -108,8 +108,17 @@ def config_from_args(args, argv: list[str] | None = None):
     """The BenchConfig the arguments describe (every check raises UserError)."""
     import torch
 
-    from blocklab.bench.config import (BenchConfig, Variant, parse_blocks, parse_ints, parse_list, parse_shape,
-                                       parse_variants, resolve_device, validate)
+    from blocklab.bench.config import (
+        BenchConfig,
+        Variant,
+        parse_blocks,
+        parse_ints,
+        parse_list,
+        parse_shape,
+        parse_variants,
+        resolve_device,
+        validate,
+    )
 
     if args.threads is not None:
         torch.set_num_threads(to_int(args.threads, "--threads", 1))

@@ -32,9 +32,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from blocklab.training.trainer import train  # keeps `blocklab --help` fast
-
     from pathlib import Path
+
+    from blocklab.training.trainer import train  # keeps `blocklab --help` fast
 
     saved = Path(args.out) / "config.toml"
     # Resuming starts from the run's own resolved config, so values derived from the first

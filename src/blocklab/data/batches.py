@@ -8,7 +8,7 @@ concatenation of the ranks' shards is the single-process batch.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch

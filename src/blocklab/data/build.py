@@ -13,8 +13,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 from tokenizers import Tokenizer

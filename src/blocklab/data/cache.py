@@ -19,8 +19,8 @@ import secrets
 import shutil
 import socket
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from blocklab.data.documents import DocStream
 from blocklab.errors import UserError

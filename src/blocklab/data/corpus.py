@@ -9,16 +9,16 @@ open the cached entry.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from blocklab.data import cache
-from blocklab.data.config import DataConfig, cache_root
 from blocklab.data.build import build_entry, sample_budget
+from blocklab.data.config import DataConfig, cache_root
 from blocklab.data.documents import DocStream
 from blocklab.data.sources import open_stream
 from blocklab.data.tokenizer import load_tokenizer, special_ids, tokenizer_settings, unigram_entropy

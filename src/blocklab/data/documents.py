@@ -10,8 +10,8 @@ into validation.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
 
 SPLIT_SALT = b"blocklab-split-v1\x00"
 

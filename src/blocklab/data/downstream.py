@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from blocklab.atomic import write_atomic
 from blocklab.data.config import DataConfig, cache_root

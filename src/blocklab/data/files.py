@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sysconfig
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from blocklab.data.documents import DocStream, Document, Fingerprint, SplitRule, decode_text
 from blocklab.errors import UserError

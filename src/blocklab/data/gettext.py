@@ -27,9 +27,9 @@ import re
 import struct
 import sys
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from blocklab.errors import UserError
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from blocklab.data.config import DataConfig
 from blocklab.data.documents import SplitRule
@@ -90,7 +90,7 @@ class _Table:
     def at(self, i: int) -> str:
         return f"{self.where} line {self.lines[i]}" if self.lines else f"{self.where} row {self.rows[i]}"
 
-    def take(self, idx: list[int]) -> "_Table":
+    def take(self, idx: list[int]) -> _Table:
         return _Table(self.where, {c: [v[i] for i in idx] for c, v in self.columns.items()},
                       [self.lines[i] for i in idx] if self.lines else None, self.features, [self.rows[i] for i in idx])
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from blocklab.data.config import DataConfig
 from blocklab.data.documents import DocStream, Document, SplitRule

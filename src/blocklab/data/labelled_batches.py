@@ -11,8 +11,8 @@ training stream is `permutation(seed, epoch)[p % N]` with p = step * batch_size 
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ class Encoded:
     dropped: int = 0        # examples left out as too long (drop_long)
     truncated: int = 0      # examples shortened to fit
 
-    def cap(self, n: int | None, order: Callable[[str], float]) -> "Encoded":
+    def cap(self, n: int | None, order: Callable[[str], float]) -> Encoded:
         """About n examples (at least n, and never half a unit: the two versions of a mutated function
         stay together), the units taken in `order`. By function rather than by file: a file holds up
         to hundreds of functions, and one file must not make up a whole validation split (the splits

@@ -16,9 +16,9 @@ target, each followed by <eod>; <eod> is also the end of sentence and the decode
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -176,8 +176,9 @@ def pair_stream(text: ParallelText, cfg: DataConfig) -> DocStream:
             yield Document(f"{part} {i} tgt", tgt)
 
     parts = {"train": train, "val": val}
-    read = (lambda part: docs(parts[part], part) if part != "all"
-            else (d for p in ("train", "val") for d in docs(parts[p], p)))
+    def read(part):
+        return (docs(parts[part], part) if part != "all"
+                else (d for p in ("train", "val") for d in docs(parts[p], p)))
     fingerprint = text.identity or fingerprint_docs(read("all"))
     n_bytes = sum(len(s.encode()) + len(t.encode()) for s, t in text.pairs)
     settings = {"parallel": PAIRS_FORMAT, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "split": "by source"}
@@ -197,7 +198,7 @@ class PairIndex:
     tgt: np.ndarray
 
     @classmethod
-    def from_starts(cls, tokens: np.ndarray, starts: np.ndarray) -> "PairIndex":
+    def from_starts(cls, tokens: np.ndarray, starts: np.ndarray) -> PairIndex:
         bounds = np.append(np.asarray(starts, dtype=np.int64), len(tokens))
         if (len(bounds) - 1) % 2:
             raise ValueError("a parallel corpus must hold an even number of documents")

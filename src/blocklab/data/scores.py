@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

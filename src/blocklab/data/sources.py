@@ -8,9 +8,9 @@ file larger than memory, use `hf:FILE.jsonl`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from blocklab.data.config import DataConfig
 from blocklab.data.documents import DocStream, Document, SplitRule, decode_text, fingerprint_docs

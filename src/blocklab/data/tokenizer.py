@@ -6,8 +6,8 @@ and decoding gives back the exact bytes (the GPT-2 / CodeParrot scheme).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import tokenizers

@@ -166,7 +166,7 @@ def _run_parallel(tasks, jobs, log, on_done, results) -> tuple[str, dict]:
             if previous is not None:
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
             status = "interrupted"
-            for fut, (run, head) in running.items():
+            for fut, (run, _head) in running.items():
                 try:
                     results[run.name] = fut.result()
                 except (KeyboardInterrupt, Exception):  # a worker that died before its handler: resumable

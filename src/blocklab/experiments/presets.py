@@ -1,10 +1,10 @@
 """Built-in sweeps. Each is the dict form of a SWEEP.toml: base run config, grid, extra runs, probes."""
 from __future__ import annotations
 
+from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_BERT
+from blocklab.experiments.translation_presets import XIONG_IWSLT, XIONG_IWSLT_GPU
 from blocklab.experiments.warmup_presets import WARMUP, WARMUP_GPU, XIONG_ADAM_LRS, XIONG_SGD_LRS, xiong_arms
 from blocklab.experiments.zoo_presets import DEPTH, ZOO, ZOO_GPU
-from blocklab.experiments.translation_presets import XIONG_IWSLT, XIONG_IWSLT_GPU
-from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_BERT
 
 # Each paper's claim in its own paper's setting, each block at its own best learning rate (one tuning seed),
 # then three final seeds there, sized so that `make demo` (install included) ends within 15 minutes on 2 CPU

@@ -10,8 +10,7 @@
 from blocklab.probes.gains import gain_values, plot_gains
 from blocklab.probes.init_probes import format_table, random_batches, run_init_probes, write_json
 from blocklab.probes.measure import cosine_similarities, hidden_sq_norms, probe_batch, probe_model
-from blocklab.probes.plots import (FIGURES, plot_all, plot_cosine, plot_grad_norms, plot_hidden_norms,
-                                   plot_last_ffn_grad)
+from blocklab.probes.plots import FIGURES, plot_all, plot_cosine, plot_grad_norms, plot_hidden_norms, plot_last_ffn_grad
 from blocklab.probes.predictions import layernorm_jacobian_norm, lemma2_bounds
 
 __all__ = [

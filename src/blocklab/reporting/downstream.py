@@ -51,7 +51,7 @@ def _overall(results: list[dict | None]) -> tuple[float | None, float | None]:
     if not results or not all(r and r.get("scores") for r in results):
         return None, None
     per_seed = []
-    for i, seed in enumerate(results[0]["seeds"]):
+    for seed in results[0]["seeds"]:
         scores = []
         for r in results:
             j = r["seeds"].index(seed) if seed in r["seeds"] else None

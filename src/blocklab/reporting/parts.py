@@ -14,8 +14,8 @@ from blocklab.reporting import claims
 from blocklab.reporting import figures as F
 from blocklab.reporting.analysis import Target, choose_target, markdown_table, run_row
 from blocklab.reporting.bleu import bleu_sentence, bleu_table, plot_bleu
-from blocklab.reporting.groups import group_markdown_table, group_row, group_runs
 from blocklab.reporting.gradnorms import grad_norm_table_md, plot_grad_norms_training
+from blocklab.reporting.groups import group_markdown_table, group_row, group_runs
 from blocklab.reporting.heatmap import plot_warmup_heatmap
 from blocklab.reporting.runs import Run, family_order
 from blocklab.reporting.settings import shared_settings, usual_settings, varying_settings

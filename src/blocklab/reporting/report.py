@@ -8,16 +8,16 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from blocklab.errors import UserError
-from blocklab.reporting import figures as F
 from blocklab.atomic import write_atomic
+from blocklab.errors import UserError
+from blocklab.reporting import claims, downstream
+from blocklab.reporting import figures as F
 from blocklab.reporting.analysis import Target, smoothing_window
-from blocklab.reporting import claims
-from blocklab.reporting import downstream
 from blocklab.reporting.parts import Figure, Part, Section, build_part, loss_sections, split
 from blocklab.reporting.runs import Run, load_runs
 from blocklab.reporting.settings import shared_settings
-from blocklab.reporting.verdicts import FIGURES as VERDICT_FIGURES, read_verdicts, verdict_sections
+from blocklab.reporting.verdicts import FIGURES as VERDICT_FIGURES
+from blocklab.reporting.verdicts import read_verdicts, verdict_sections
 
 __all__ = ["Figure", "Part", "Report", "Section", "build_report", "generate_report", "write_report"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from blocklab.reporting import figures as F
 from blocklab.reporting import sensitivity as S
-from blocklab.reporting.parts import Figure, Section, Table
+from blocklab.reporting.parts import Figure, Section
 from blocklab.reporting.settings import setting_text
 from blocklab.reporting.verdict_words import claim_text, decimals, frontier_table, numbers_note, verdict_table
 

@@ -8,12 +8,12 @@ import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from blocklab.overrides import parse_overrides as parse_tokens
 from blocklab.config import ModelConfig, model_choices
-from blocklab.registry import REGISTRY
-from blocklab.validate import choice, positive
 from blocklab.data import DataConfig
 from blocklab.errors import UserError
+from blocklab.overrides import parse_overrides as parse_tokens
+from blocklab.registry import REGISTRY
+from blocklab.validate import choice, positive
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -141,7 +141,7 @@ class RunConfig:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "RunConfig":
+    def from_dict(cls, raw: dict) -> RunConfig:
         """Build and validate; model.vocab_size / max_seq_len follow data.vocab_size / seq_len unless set."""
         raw = {k: dict(v) for k, v in raw.items()}
         for section in raw:

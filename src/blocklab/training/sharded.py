@@ -22,8 +22,16 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from blocklab.errors import UserError
-from blocklab.training.checkpoint import (DCP_DIR, begin, digests, finish, numerics, open_checkpoint, rng_state,
-                                         single_process)
+from blocklab.training.checkpoint import (
+    DCP_DIR,
+    begin,
+    digests,
+    finish,
+    numerics,
+    open_checkpoint,
+    rng_state,
+    single_process,
+)
 from blocklab.training.distributed import Dist
 
 

@@ -43,7 +43,7 @@ def flops_per_token(model: nn.Module, seq_len: int, attn_layers: int | None = No
     return 6.0 * linear + 12.0 * attn_layers * seq_len * cfg.d_model
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device_peak(device_type: str, precision: str, name: str = "") -> float:
     for key, peaks in GPU_PEAKS.items():
         if key in name:

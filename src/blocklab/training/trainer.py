@@ -12,19 +12,24 @@ from pathlib import Path
 
 import torch
 
+from blocklab.atomic import write_atomic
+from blocklab.attention.modules import attention_path
 from blocklab.errors import UserError
 from blocklab.model import count_parameters
-from blocklab.training import distributed, parallel
-from blocklab.atomic import write_atomic
-from blocklab.training.checkpoint import (has_checkpoint, numerics, open_checkpoint, read_weights, restore_rng,
-                                         save_checkpoint)
-from blocklab.training.sharded import load_sharded, open_sharded, save_sharded
-from blocklab.training.config import (RunConfig, compiles, config_differences, describe_recipe, load_config,
-                                     to_toml)
-from blocklab.attention.modules import attention_path
 from blocklab.probes.grads import layer_grad_norms
+from blocklab.training import distributed, parallel
+from blocklab.training.checkpoint import (
+    has_checkpoint,
+    numerics,
+    open_checkpoint,
+    read_weights,
+    restore_rng,
+    save_checkpoint,
+)
+from blocklab.training.config import RunConfig, compiles, config_differences, describe_recipe, load_config, to_toml
 from blocklab.training.logger import MetricsLogger, grad_values
 from blocklab.training.optim import lr_factor, make_optimizer, set_lr
+from blocklab.training.sharded import load_sharded, open_sharded, save_sharded
 from blocklab.training.stall import stall_detector
 from blocklab.training.tasks import get_task
 from blocklab.training.throughput import Throughput, flops_per_token, peak_for, peak_memory_mb

@@ -32,8 +32,8 @@ it departs from CuBERT. What the five share:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
 
 from blocklab.data.codetasks.docstring_mismatch import docstring_examples
 from blocklab.data.codetasks.exception_type import HOLE, exception_examples

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import random
 from collections import Counter
-from typing import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from blocklab.data.codetasks.source import Function, parses, rng_for, splice
 from blocklab.data.examples import Example

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from blocklab.data.codetasks.source import Function, parses, splice
 from blocklab.data.examples import Example

@@ -16,8 +16,8 @@ import io
 import random
 import tokenize
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 from blocklab.data.documents import Document
 

@@ -14,8 +14,9 @@ then seeds torch with `train.seed` and calls `build_model`; batches are pure fun
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ContextManager, Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn as nn
@@ -24,7 +25,7 @@ from blocklab.model import build_model
 from blocklab.training.config import RunConfig
 
 Log = Callable[..., None]
-Autocast = Callable[[], ContextManager]  # a fresh autocast context for each forward pass
+Autocast = Callable[[], AbstractContextManager]  # a fresh autocast context for each forward pass
 
 
 class TaskData(Protocol):
