@@ -5,6 +5,7 @@ If the matmuls alone speed up by less than 2x, the whole step cannot: the rest (
 norms, softmax, the optimizer) runs in fp32 or is memory-bound either way.
 Usage: python benchmarks/bf16_matmul_ceiling.py [--reps 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,10 @@ def main():
     f32 = time_matmuls(shapes, torch.float32, args.reps)
     b16 = time_matmuls(shapes, torch.bfloat16, args.reps)
     print(f"matmuls of one pre-ln training step at the issue shape: {len(shapes)} matmuls, {flops / 1e9:.1f} GFLOP")
-    print(f"fp32: {f32 * 1e3:.0f} ms ({flops / f32 / 1e9:.0f} GFLOP/s)   bf16: {b16 * 1e3:.0f} ms "
-          f"({flops / b16 / 1e9:.0f} GFLOP/s)   bf16 speedup of the matmuls alone: {f32 / b16:.2f}x")
+    print(
+        f"fp32: {f32 * 1e3:.0f} ms ({flops / f32 / 1e9:.0f} GFLOP/s)   bf16: {b16 * 1e3:.0f} ms "
+        f"({flops / b16 / 1e9:.0f} GFLOP/s)   bf16 speedup of the matmuls alone: {f32 / b16:.2f}x"
+    )
 
 
 if __name__ == "__main__":

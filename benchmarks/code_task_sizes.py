@@ -3,6 +3,7 @@ balance, for a model pre-trained on `stdlib` and on `python`, and how many fit a
 
     python benchmarks/code_task_sizes.py [--tokenizer RUN/tokenizer.json --max-len 128] [--pool-mb 8]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,10 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=128)
     args = ap.parse_args()
     tok = load_tokenizer(args.tokenizer) if args.tokenizer else None
-    print("| pre-trained on | task | train | val | labels (train) | fit in "
-          f"{args.max_len} tokens (train / val) | build s |")
+    print(
+        "| pre-trained on | task | train | val | labels (train) | fit in "
+        f"{args.max_len} tokens (train / val) | build s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for source in args.pretrain.split(","):
         pretrain = DataConfig(source=source)
@@ -37,8 +40,10 @@ def main() -> None:
             top = ", ".join(f"{data.label_names[k]} {v / len(data.train):.0%}" for k, v in counts.most_common(3))
             fit = "-"
             if tok is not None:
-                n = [len(encode_examples(tok, split, args.max_len, False, drop_long=True).ids)
-                     for split in (data.train, data.val)]
+                n = [
+                    len(encode_examples(tok, split, args.max_len, False, drop_long=True).ids)
+                    for split in (data.train, data.val)
+                ]
                 fit = f"{n[0]:,} / {n[1]:,}"
             print(f"| {source} | {task} | {len(data.train):,} | {len(data.val):,} | {top} | {fit} | {dt:.1f} |")
 

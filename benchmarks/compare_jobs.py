@@ -8,6 +8,7 @@ Two shapes: the `quick` preset's runs (d=64, 4 layers, T=64, vocabulary 1024, 15
 way and the speed-up; the default of `compare --jobs` (experiments/jobs.py) is the rule these numbers
 support. Each way pays its own start-up (the parallel way spawns its worker processes), as compare does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,13 +26,26 @@ SHAPES = {
 def sweep(model: dict, runs: int, steps: int):
     from blocklab.experiments import build_sweep
 
-    return build_sweep({"name": "jobs", "seeds": list(range(runs)),
-                        "base": {"data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
-                                 "model": model,
-                                 "train": {"steps": steps, "batch_size": 16, "lr": 3e-3, "eval_every": steps,
-                                           "eval_batches": 4, "checkpoint_every": 10 * steps,
-                                           "stall_patience": 0}},
-                        "runs": [{"name": "pre-ln", "model.block": "pre-ln"}]})
+    return build_sweep(
+        {
+            "name": "jobs",
+            "seeds": list(range(runs)),
+            "base": {
+                "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
+                "model": model,
+                "train": {
+                    "steps": steps,
+                    "batch_size": 16,
+                    "lr": 3e-3,
+                    "eval_every": steps,
+                    "eval_batches": 4,
+                    "checkpoint_every": 10 * steps,
+                    "stall_patience": 0,
+                },
+            },
+            "runs": [{"name": "pre-ln", "model.block": "pre-ln"}],
+        }
+    )
 
 
 def timed(model: dict, runs: int, steps: int, jobs: int, out: Path) -> float:

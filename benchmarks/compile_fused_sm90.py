@@ -12,6 +12,7 @@ any variant fails.
     python benchmarks/compile_fused_sm90.py            # every configuration of every variant
     python benchmarks/compile_fused_sm90.py --quick    # the SAS-P language-model case only
 """
+
 import itertools
 import os
 import sys
@@ -28,9 +29,27 @@ from blocklab.attention import fused_kernels as fk  # noqa: E402
 
 # Pointer argument -> which tensor it is: q (query/key dtype), v (value dtype), out (output dtype),
 # f32 (gains, statistics), mask (the int32 key mask, or an fp32 placeholder when there is none).
-ROLES = {"Q": "q", "K": "q", "V": "v", "ATT": "q", "DK": "q", "DQ": "q", "DV": "v", "OUT": "out", "DO": "out",
-         "KM": "mask", "CNT": "f32m", "GA": "f32", "GB": "f32", "GC": "f32", "LSE": "f32", "DELTA": "f32",
-         "DBETA": "f32", "DALPHA": "f32", "DGAMMA": "f32"}
+ROLES = {
+    "Q": "q",
+    "K": "q",
+    "V": "v",
+    "ATT": "q",
+    "DK": "q",
+    "DQ": "q",
+    "DV": "v",
+    "OUT": "out",
+    "DO": "out",
+    "KM": "mask",
+    "CNT": "f32m",
+    "GA": "f32",
+    "GB": "f32",
+    "GC": "f32",
+    "LSE": "f32",
+    "DELTA": "f32",
+    "DBETA": "f32",
+    "DALPHA": "f32",
+    "DGAMMA": "f32",
+}
 CONSTEXPR = {"D", "BD", "QK_SCALE", "SM_SCALE", "CAUSAL", "HAS_MASK", "HAS_GAMMA", "BM", "BN"}
 
 
@@ -67,37 +86,60 @@ def attrs(fn, sig, ints):
     return out
 
 
-KERNELS = {"fwd": (fk._fwd, fk.FWD_TILES), "rows": (fk._bwd_rows, [(fk.ROW_TILE, None, 4, 1)]),
-           "dkdv": (fk._bwd_dkdv, fk.DKDV_TILES), "dq": (fk._bwd_dq, fk.DQ_TILES)}
-DTYPES = {"bf16/fp32": {"q": "bf16", "v": "fp32", "out": "fp32"}, "bf16": {"q": "bf16", "v": "bf16", "out": "bf16"},
-          "fp32": {"q": "fp32", "v": "fp32", "out": "fp32"}}
+KERNELS = {
+    "fwd": (fk._fwd, fk.FWD_TILES),
+    "rows": (fk._bwd_rows, [(fk.ROW_TILE, None, 4, 1)]),
+    "dkdv": (fk._bwd_dkdv, fk.DKDV_TILES),
+    "dq": (fk._bwd_dq, fk.DQ_TILES),
+}
+DTYPES = {
+    "bf16/fp32": {"q": "bf16", "v": "fp32", "out": "fp32"},
+    "bf16": {"q": "bf16", "v": "bf16", "out": "bf16"},
+    "fp32": {"q": "fp32", "v": "fp32", "out": "fp32"},
+}
 
 
 def main(quick: bool) -> int:
     H, T = 12, 128  # the papers' shape; --quick is the he-codeparrot SAS-P case
-    grid = ([("bf16/fp32",), (64,), (True,), (False,), (True,)] if quick else
-            [tuple(DTYPES), (64, 128), (True, False), (False, True), (True, False)])
+    grid = (
+        [("bf16/fp32",), (64,), (True,), (False,), (True,)]
+        if quick
+        else [tuple(DTYPES), (64, 128), (True, False), (False, True), (True, False)]
+    )
     failed = built = 0
     for dtype, D, causal, mask, gamma in itertools.product(*grid):
         sm, qk = fk.scales(D)
-        flags = {"D": D, "BD": max(16, triton.next_power_of_2(D)), "QK_SCALE": qk, "SM_SCALE": sm,
-                 "CAUSAL": causal, "HAS_MASK": mask, "HAS_GAMMA": gamma}
+        flags = {
+            "D": D,
+            "BD": max(16, triton.next_power_of_2(D)),
+            "QK_SCALE": qk,
+            "SM_SCALE": sm,
+            "CAUSAL": causal,
+            "HAS_MASK": mask,
+            "HAS_GAMMA": gamma,
+        }
         for name, (kernel, tiles) in KERNELS.items():
             fn = kernel.fn if hasattr(kernel, "configs") else kernel  # the JITFunction under the autotuner
             gpu_tiles = tiles if name == "rows" else tiles[1:]  # tiles[0] is the interpreter's
             for bm, bn, warps, stages in gpu_tiles:
                 const = {k: v for k, v in {**flags, "BM": bm, "BN": bn}.items() if k in fn.arg_names}
                 sig = signature(fn, DTYPES[dtype], mask)
-                label = (f"{name:4s} {dtype:9s} d_h={D} causal={causal:d} mask={mask:d} gamma={gamma:d} "
-                         f"BM={bm} BN={bn} warps={warps} stages={stages}")
+                label = (
+                    f"{name:4s} {dtype:9s} d_h={D} causal={causal:d} mask={mask:d} gamma={gamma:d} "
+                    f"BM={bm} BN={bn} warps={warps} stages={stages}"
+                )
                 t0 = time.time()
                 try:
-                    k = triton.compile(ASTSource(fn, sig, const, attrs(fn, sig, integer_values(H, T, D))),
-                                       target=GPUTarget("cuda", 90, 32),
-                                       options={"num_warps": warps, "num_stages": stages})
+                    k = triton.compile(
+                        ASTSource(fn, sig, const, attrs(fn, sig, integer_values(H, T, D))),
+                        target=GPUTarget("cuda", 90, 32),
+                        options={"num_warps": warps, "num_stages": stages},
+                    )
                     wgmma = "wgmma" in k.asm.get("ptx", "")
-                    print(f"{label}: cubin {len(k.asm['cubin'])} B, shared {k.metadata.shared} B, "
-                          f"wgmma {'yes' if wgmma else 'no'}, {time.time() - t0:.1f} s")
+                    print(
+                        f"{label}: cubin {len(k.asm['cubin'])} B, shared {k.metadata.shared} B, "
+                        f"wgmma {'yes' if wgmma else 'no'}, {time.time() - t0:.1f} s"
+                    )
                     built += 1
                 except Exception as e:  # report every variant, then fail
                     failed += 1

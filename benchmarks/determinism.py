@@ -21,6 +21,7 @@ at::parallel_for actually used (the bits of a float32 sum of 2^20 numbers depend
     python benchmarks/determinism.py --runs 12 --out /tmp/det --conditions loaded --variants default,t1
     python benchmarks/determinism.py --analyse /tmp/det          # the tables again, from results.jsonl
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,26 +57,51 @@ CONFIGS = {
     "test": {
         "data": {"vocab_size": 512, "seq_len": 32},
         "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
-        "train": {"steps": 20, "batch_size": 4, "log_every": 1, "eval_every": 10, "eval_batches": 2,
-                  "checkpoint_every": 5, "lr": 3e-3},
+        "train": {
+            "steps": 20,
+            "batch_size": 4,
+            "log_every": 1,
+            "eval_every": 10,
+            "eval_batches": 2,
+            "checkpoint_every": 5,
+            "lr": 3e-3,
+        },
     },
     # larger matrices: more of the work is big enough for MKL and ATen to split it over threads
     "small": {
         "data": {"vocab_size": 512, "seq_len": 64},
         "model": {"block": "sas-p", "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256},
-        "train": {"steps": 30, "batch_size": 8, "log_every": 1, "eval_every": 10, "eval_batches": 2,
-                  "checkpoint_every": 5, "lr": 3e-3},
+        "train": {
+            "steps": 30,
+            "batch_size": 8,
+            "log_every": 1,
+            "eval_every": 10,
+            "eval_batches": 2,
+            "checkpoint_every": 5,
+            "lr": 3e-3,
+        },
     },
     # big enough that ATen's reductions (e.g. weight gradients of the norms, sums over 2,048 tokens x 256)
     # are split over threads: where the thread count starts to matter
     "medium": {
         "data": {"vocab_size": 512, "seq_len": 128},
         "model": {"block": "sas-p", "d_model": 256, "n_layers": 2, "n_heads": 4, "d_ff": 1024},
-        "train": {"steps": 10, "batch_size": 16, "log_every": 1, "eval_every": 10, "eval_batches": 2,
-                  "checkpoint_every": 5, "lr": 3e-3},
+        "train": {
+            "steps": 10,
+            "batch_size": 16,
+            "log_every": 1,
+            "eval_every": 10,
+            "eval_batches": 2,
+            "checkpoint_every": 5,
+            "lr": 3e-3,
+        },
     },
 }
-CUT = {"test": 12, "small": 22, "medium": 7}  # resume mode: the first process dies before this step: resumes from 10 (20)
+CUT = {
+    "test": 12,
+    "small": 22,
+    "medium": 7,
+}  # resume mode: the first process dies before this step: resumes from 10 (20)
 PROBE_N = 1 << 20
 
 
@@ -88,8 +114,11 @@ def _threads_info() -> dict:
             cpu.append((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
         except (OSError, IndexError, ValueError):
             pass
-    return {"os_threads": len(cpu), "busy_threads": sum(c >= 0.05 for c in cpu),
-            "thread_cpu_s": sorted((round(c, 2) for c in cpu), reverse=True)[:6]}
+    return {
+        "os_threads": len(cpu),
+        "busy_threads": sum(c >= 0.05 for c in cpu),
+        "thread_cpu_s": sorted((round(c, 2) for c in cpu), reverse=True)[:6],
+    }
 
 
 def child(spec: dict) -> None:
@@ -110,6 +139,7 @@ def child(spec: dict) -> None:
     keep = []
     if spec.get("alloc_shift"):  # shift the heap and the allocator's free lists by random amounts
         import random
+
         rnd = random.Random(os.urandom(8))
         keep = [torch.empty(rnd.randint(1, 1 << 20)).fill_(1.0) for _ in range(rnd.randint(1, 8))]
         keep += [bytearray(rnd.randint(1, 1 << 16)) for _ in range(rnd.randint(1, 64))]
@@ -135,7 +165,9 @@ def child(spec: dict) -> None:
             from blocklab.cli import main as cli_main
 
             argv = ["train", "--out", spec["out"]] + (["--resume"] if spec.get("resume") else [])
-            argv += [tok for sec, kv in spec["overrides"].items() for k, v in kv.items() for tok in (f"--{sec}.{k}", str(v))]
+            argv += [
+                tok for sec, kv in spec["overrides"].items() for k, v in kv.items() for tok in (f"--{sec}.{k}", str(v))
+            ]
             with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
                 rc = cli_main(argv)
             assert rc == 0, rc
@@ -147,19 +179,32 @@ def child(spec: dict) -> None:
     rows = [json.loads(x) for x in (Path(spec["out"]) / "metrics.jsonl").read_text().splitlines()]
     # Flush-to-zero / denormals-are-zero (MXCSR): the main thread (Python float) and every OpenMP thread
     # (a float32 tensor of subnormals, multiplied in parallel chunks): a changed MXCSR changes results.
-    denormals_zeroed = {"python": (5e-324 * 1.0) == 0.0,
-                        "torch": int(((torch.full((PROBE_N,), 1e-40) * 1.5) == 0).sum())}
-    print("RESULT " + json.dumps({
-        "losses": [r["loss"] for r in rows if "loss" in r],
-        "eval": [r["eval_loss"] for r in rows if "eval_loss" in r],
-        "train_s": round(time.perf_counter() - t0, 2),
-        "load_start": load0, "load_end": os.getloadavg()[0],
-        "get_num_threads": torch.get_num_threads(),
-        "omp_dynamic": gomp.omp_get_dynamic(), "omp_max_threads": gomp.omp_get_max_threads(),
-        "mkl_dynamic": tcpu.mkl_serv_get_dynamic(), "mkl_max_threads": tcpu.mkl_serv_get_max_threads(),
-        "mkl_cbwr": tcpu.mkl_serv_cbwr_get(1),
-        "team_sizes": dict(teams), "denormals_zeroed": denormals_zeroed, **_threads_info(),
-    }), flush=True)
+    denormals_zeroed = {
+        "python": (5e-324 * 1.0) == 0.0,
+        "torch": int(((torch.full((PROBE_N,), 1e-40) * 1.5) == 0).sum()),
+    }
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "losses": [r["loss"] for r in rows if "loss" in r],
+                "eval": [r["eval_loss"] for r in rows if "eval_loss" in r],
+                "train_s": round(time.perf_counter() - t0, 2),
+                "load_start": load0,
+                "load_end": os.getloadavg()[0],
+                "get_num_threads": torch.get_num_threads(),
+                "omp_dynamic": gomp.omp_get_dynamic(),
+                "omp_max_threads": gomp.omp_get_max_threads(),
+                "mkl_dynamic": tcpu.mkl_serv_get_dynamic(),
+                "mkl_max_threads": tcpu.mkl_serv_get_max_threads(),
+                "mkl_cbwr": tcpu.mkl_serv_cbwr_get(1),
+                "team_sizes": dict(teams),
+                "denormals_zeroed": denormals_zeroed,
+                **_threads_info(),
+            }
+        ),
+        flush=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- parent
@@ -183,8 +228,7 @@ def run_child(spec: dict, env_extra: dict, cache: Path) -> dict:
     env.update(env_extra, BLOCKLAB_CACHE=str(cache))
     if CODE is not None:
         env["PYTHONPATH"] = str(CODE)
-    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], env=env, capture_output=True,
-                       text=True)
+    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], env=env, capture_output=True, text=True)
     lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
         raise RuntimeError(f"child failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -229,14 +273,24 @@ def run_condition(args, cond, modes, variants, refs, corpus, cache, results: Pat
             for variant in variants:
                 t0 = time.time()
                 r = one_run(args, mode, variant, f"{cond}-{mode}-{variant}-{i}", refs, corpus, cache)
-                rec = {"config": args.config, "condition": cond, "mode": mode, "variant": variant, "i": i,
-                       "wall_s": round(time.time() - t0, 2), **r}
+                rec = {
+                    "config": args.config,
+                    "condition": cond,
+                    "mode": mode,
+                    "variant": variant,
+                    "i": i,
+                    "wall_s": round(time.time() - t0, 2),
+                    **r,
+                }
                 with open(results, "a") as f:
                     f.write(json.dumps(rec) + "\n")
                 p = r["parts"][-1]
-                print(f"{cond} {mode} {variant} #{i}: last loss {r['losses'][-1]!r} load "
-                      f"{p['load_start']:.2f} teams {p['team_sizes']} busy threads {p['busy_threads']} "
-                      f"({rec['wall_s']} s)", flush=True)
+                print(
+                    f"{cond} {mode} {variant} #{i}: last loss {r['losses'][-1]!r} load "
+                    f"{p['load_start']:.2f} teams {p['team_sizes']} busy threads {p['busy_threads']} "
+                    f"({rec['wall_s']} s)",
+                    flush=True,
+                )
                 if args.max_minutes and time.time() - t_start > 60 * args.max_minutes:
                     print(f"{cond}: time budget reached; next condition", flush=True)
                     return
@@ -259,8 +313,9 @@ def measure(args) -> None:
             (out / "code").mkdir(exist_ok=True)
             here = Path(__file__).resolve().parents[1]
             repo = here if (here / "src" / "blocklab").is_dir() else Path.cwd()  # else: a copy run from the repo
-            tar = subprocess.run(["git", "-C", str(repo), "archive", "HEAD", "src"], check=True,
-                                 capture_output=True).stdout
+            tar = subprocess.run(
+                ["git", "-C", str(repo), "archive", "HEAD", "src"], check=True, capture_output=True
+            ).stdout
             subprocess.run(["tar", "-x", "-C", str(out / "code")], input=tar, check=True)
         print(f"children import blocklab from {CODE}", flush=True)
     refs = probe_refs()
@@ -309,8 +364,14 @@ def compare(seqs: list[list[float]], ref: list[float] | None = None) -> dict:
         if len(s) != len(ref):
             first_step = min(first_step or len(ref), min(len(s), len(ref)) + 1)
     n_same_as_ref = sum(1 for s in seqs if list(s) == list(ref))
-    return {"runs": len(seqs), "distinct": len(keys), "same_as_ref": n_same_as_ref, "max_abs_diff": worst,
-            "first_diff_step": first_step, "min_digits_agreeing": digits}
+    return {
+        "runs": len(seqs),
+        "distinct": len(keys),
+        "same_as_ref": n_same_as_ref,
+        "max_abs_diff": worst,
+        "first_diff_step": first_step,
+        "min_digits_agreeing": digits,
+    }
 
 
 def analyse(out: Path) -> str:
@@ -323,10 +384,12 @@ def analyse(out: Path) -> str:
     for (cfgname, cond, mode, var), rs in groups.items():
         if (cond, mode, var) == ("idle", "fresh", "default"):
             refs[cfgname] = list(collections.Counter(tuple(r["losses"]) for r in rs).most_common(1)[0][0])
-    lines = ["| config | load | mode | env variant | runs | distinct loss sequences | max abs diff (within) "
-             "| first diff step | same as idle/fresh/default ref | max abs diff vs ref | load avg (min-max) "
-             "| at::parallel_for team sizes seen | omp_dynamic / mkl_dynamic / num_threads |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| config | load | mode | env variant | runs | distinct loss sequences | max abs diff (within) "
+        "| first diff step | same as idle/fresh/default ref | max abs diff vs ref | load avg (min-max) "
+        "| at::parallel_for team sizes seen | omp_dynamic / mkl_dynamic / num_threads |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], list(VARIANTS).index(k[3]))):
         rs = groups[key]
         seqs = [r["losses"] for r in rs]
@@ -344,11 +407,13 @@ def analyse(out: Path) -> str:
             f"| {within['max_abs_diff']:.3g} | {within['first_diff_step'] or '-'} "
             f"| {vs['same_as_ref'] if vs else '?'}/{within['runs']} | {vs['max_abs_diff']:.3g} "
             f"| {min(loads):.1f}-{max(loads):.1f} | {dict(sorted(teams.items()))} "
-            f"| {', '.join('/'.join(map(str, f)) for f in flags)} |" if vs else
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {within['runs']} | {within['distinct']} "
+            f"| {', '.join('/'.join(map(str, f)) for f in flags)} |"
+            if vs
+            else f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {within['runs']} | {within['distinct']} "
             f"| {within['max_abs_diff']:.3g} | {within['first_diff_step'] or '-'} | ? | ? "
             f"| {min(loads):.1f}-{max(loads):.1f} | {dict(sorted(teams.items()))} "
-            f"| {', '.join('/'.join(map(str, f)) for f in flags)} |")
+            f"| {', '.join('/'.join(map(str, f)) for f in flags)} |"
+        )
     # Every distinct sequence across everything, with where it was seen.
     seen = collections.defaultdict(list)
     for r in recs:
@@ -357,10 +422,12 @@ def analyse(out: Path) -> str:
     for (cfgname, seq), where in sorted(seen.items(), key=lambda kv: -len(kv[1])):
         ref = refs.get(cfgname)
         d = compare([list(seq)], ref) if ref else {}
-        lines.append(f"- {cfgname}: {len(where)} runs, last loss {seq[-1]!r}, vs ref: first diff step "
-                     f"{d.get('first_diff_step') or '-'}, digits agreeing {d.get('min_digits_agreeing', '?')}, "
-                     f"max abs diff {d.get('max_abs_diff', float('nan')):.3g}; seen in "
-                     f"{dict(collections.Counter(where))}")
+        lines.append(
+            f"- {cfgname}: {len(where)} runs, last loss {seq[-1]!r}, vs ref: first diff step "
+            f"{d.get('first_diff_step') or '-'}, digits agreeing {d.get('min_digits_agreeing', '?')}, "
+            f"max abs diff {d.get('max_abs_diff', float('nan')):.3g}; seen in "
+            f"{dict(collections.Counter(where))}"
+        )
     text = "\n".join(lines) + "\n"
     (out / "summary.md").write_text(text)
     return text
@@ -371,17 +438,30 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=12, help="runs per condition x mode x variant (default 12)")
     ap.add_argument("--out", help="output folder: results.jsonl (appended), summary.md, corpus/, cache/")
     ap.add_argument("--conditions", default="idle,loaded", help="comma list of idle, loaded (default both)")
-    ap.add_argument("--variants", default="default,nodyn,cbwr,t1,alloc",
-                    help=f"comma list of {', '.join(VARIANTS)} (default default,nodyn,cbwr,t1,alloc)")
+    ap.add_argument(
+        "--variants",
+        default="default,nodyn,cbwr,t1,alloc",
+        help=f"comma list of {', '.join(VARIANTS)} (default default,nodyn,cbwr,t1,alloc)",
+    )
     ap.add_argument("--modes", default="fresh", help="comma list of fresh, resume, cli, cli_resume (default fresh)")
-    ap.add_argument("--config", default="test", choices=sorted(CONFIGS), help="model/run size (default test: "
-                    "the exact-resume tests' config)")
+    ap.add_argument(
+        "--config",
+        default="test",
+        choices=sorted(CONFIGS),
+        help="model/run size (default test: the exact-resume tests' config)",
+    )
     ap.add_argument("--loaders", type=int, default=3, help="busy-loop processes for `loaded` (default 3; keep <= 4)")
     ap.add_argument("--settle", type=float, default=45.0, help="seconds of load before the first loaded run")
-    ap.add_argument("--max-minutes", type=float, default=0, help="per condition: stop measuring it after this long (0: no limit)")
-    ap.add_argument("--code", default="head", choices=("head", "installed"),
-                    help="blocklab code the children run: head (default: `git archive HEAD src` into OUT/code, so "
-                    "that edits in progress in the working tree do not matter) or installed")
+    ap.add_argument(
+        "--max-minutes", type=float, default=0, help="per condition: stop measuring it after this long (0: no limit)"
+    )
+    ap.add_argument(
+        "--code",
+        default="head",
+        choices=("head", "installed"),
+        help="blocklab code the children run: head (default: `git archive HEAD src` into OUT/code, so "
+        "that edits in progress in the working tree do not matter) or installed",
+    )
     ap.add_argument("--analyse", metavar="DIR", help="only print the tables of an earlier --out DIR")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -16,6 +16,7 @@ with glibc's default, 1885 and 1992 (1.06x).
     python benchmarks/fsdp_memory.py --out runs/fsdp-memory --d-model 1024 --layers 12 --seq-len 32 \
         --batch-size 2 --steps 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-CONFIGS = {"ddp": [], "fsdp": ["--train.parallel", "fsdp"],
-           "fsdp+ac": ["--train.parallel", "fsdp", "--train.activation_checkpointing", "true"]}
+CONFIGS = {
+    "ddp": [],
+    "fsdp": ["--train.parallel", "fsdp"],
+    "fsdp+ac": ["--train.parallel", "fsdp", "--train.activation_checkpointing", "true"],
+}
 
 
 def main() -> int:
@@ -38,19 +42,54 @@ def main() -> int:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=8, help="global batch")
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--default-malloc", action="store_true",
-                    help="leave glibc's dynamic mmap threshold alone (the CPU peaks then include freed memory)")
+    ap.add_argument(
+        "--default-malloc",
+        action="store_true",
+        help="leave glibc's dynamic mmap threshold alone (the CPU peaks then include freed memory)",
+    )
     args = ap.parse_args()
-    model = ["--model.d_model", args.d_model, "--model.n_layers", args.layers, "--model.n_heads", args.d_model // 64,
-             "--data.vocab_size", 512, "--data.seq_len", args.seq_len, "--train.batch_size", args.batch_size,
-             "--train.steps", args.steps, "--train.log_every", 1, "--train.eval_every", 10_000,
-             "--train.checkpoint_every", 10_000, "--train.device", "cpu"]
+    model = [
+        "--model.d_model",
+        args.d_model,
+        "--model.n_layers",
+        args.layers,
+        "--model.n_heads",
+        args.d_model // 64,
+        "--data.vocab_size",
+        512,
+        "--data.seq_len",
+        args.seq_len,
+        "--train.batch_size",
+        args.batch_size,
+        "--train.steps",
+        args.steps,
+        "--train.log_every",
+        1,
+        "--train.eval_every",
+        10_000,
+        "--train.checkpoint_every",
+        10_000,
+        "--train.device",
+        "cpu",
+    ]
     rows = {}
     for name, extra in CONFIGS.items():
         out = args.out / name
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
-               "-m", "blocklab", "train", "--out", str(out), "--overwrite", "--no-progress",
-               *map(str, model + extra)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={args.nproc}",
+            "-m",
+            "blocklab",
+            "train",
+            "--out",
+            str(out),
+            "--overwrite",
+            "--no-progress",
+            *map(str, model + extra),
+        ]
         print(f"{name}: {' '.join(cmd[2:])}", flush=True)
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         if not args.default_malloc:
@@ -58,8 +97,10 @@ def main() -> int:
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
         rows[name] = json.loads((out / "summary.json").read_text())
     n = rows["ddp"]["n_params"]
-    print(f"\n{n / 1e6:.1f}M parameters, {args.nproc} processes; model + gradients + AdamW state in fp32: "
-          f"{16 * n / 2**20:.0f} MiB whole, {16 * n / args.nproc / 2**20:.0f} MiB per process when sharded")
+    print(
+        f"\n{n / 1e6:.1f}M parameters, {args.nproc} processes; model + gradients + AdamW state in fp32: "
+        f"{16 * n / 2**20:.0f} MiB whole, {16 * n / args.nproc / 2**20:.0f} MiB per process when sharded"
+    )
     print(f"{'config':<10} {'peak MiB/process':>17} {'vs ddp':>7}")
     for name, s in rows.items():
         print(f"{name:<10} {s['peak_memory_mb']:>17.0f} {s['peak_memory_mb'] / rows['ddp']['peak_memory_mb']:>7.2f}")

@@ -3,6 +3,7 @@ against model/loss.py's chunked_cross_entropy. One mode per fresh process. CPU, 
 
     python benchmarks/loss_memory.py full 64; python benchmarks/loss_memory.py chunked 64
 """
+
 import resource
 import sys
 import time
@@ -19,7 +20,9 @@ w = (torch.randn(V, d) * 0.02).requires_grad_()
 y = torch.randint(0, V, (B, T))
 # warm the allocator/kernels on a tiny problem so the baseline includes library overheads
 F.cross_entropy(torch.randn(4, 8, requires_grad=True), torch.zeros(4, dtype=torch.long)).backward()
-chunked_cross_entropy(torch.randn(4, 8, requires_grad=True), torch.randn(10, 8, requires_grad=True), torch.zeros(4, dtype=torch.long)).backward()
+chunked_cross_entropy(
+    torch.randn(4, 8, requires_grad=True), torch.randn(10, 8, requires_grad=True), torch.zeros(4, dtype=torch.long)
+).backward()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
 if mode == "full":
@@ -29,4 +32,6 @@ else:
 loss.backward()
 dt = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(f"{mode}: loss {loss.item():.6f} |dh| {h.grad.norm():.6f} |dw| {w.grad.norm():.6f}  peak RSS growth {(peak-base)/1024:.0f} MiB  time {dt:.2f}s")
+print(
+    f"{mode}: loss {loss.item():.6f} |dh| {h.grad.norm():.6f} |dw| {w.grad.norm():.6f}  peak RSS growth {(peak - base) / 1024:.0f} MiB  time {dt:.2f}s"
+)

@@ -6,6 +6,7 @@
 Eager, autocast at --precision, AdamW (fused); 3 warm-up steps, the mean of 10 timed steps, then
 one profiled step whose kernels are listed by device time (CPU time on a CPU).
 """
+
 import argparse
 import time
 

@@ -9,6 +9,7 @@ Runs, through the `blocklab bench` command line (in-process):
   3. on a machine with CUDA, the he-codeparrot shape (18 layers, batch 128, vocab 50000) in bf16 + compile.
 About 10-15 minutes on 2 CPU cores. `--quick` runs tiny shapes (a smoke test of this script, minutes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,48 @@ SCALING_T = "512,1024,2048,4096,8192"
 def commands(quick: bool, reps: int, cuda: bool) -> dict[str, list[str]]:
     shape = "tiny" if quick else "cpu-target"
     runs = {
-        "cpu": ["--blocks", CPU_BLOCKS, "--shape", shape, "--extra", "pre-ln:bf16:compile,sas-p:bf16:compile",
-                "--reps", str(reps), "--warmup", "2", "--device", "cpu"],
-        "memory_scaling": ["--blocks", "sas-p,pre-ln", "--shape", "tiny,batch=1" if quick else SCALING_SHAPE,
-                           "--memory-scaling", "32,64,128" if quick else SCALING_T, "--scaling-only",
-                           "--device", "cpu"],
+        "cpu": [
+            "--blocks",
+            CPU_BLOCKS,
+            "--shape",
+            shape,
+            "--extra",
+            "pre-ln:bf16:compile,sas-p:bf16:compile",
+            "--reps",
+            str(reps),
+            "--warmup",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        "memory_scaling": [
+            "--blocks",
+            "sas-p,pre-ln",
+            "--shape",
+            "tiny,batch=1" if quick else SCALING_SHAPE,
+            "--memory-scaling",
+            "32,64,128" if quick else SCALING_T,
+            "--scaling-only",
+            "--device",
+            "cpu",
+        ],
     }
     if cuda:
-        runs["gpu"] = ["--blocks", "pre-ln,sas-p", "--shape", "tiny" if quick else "he-codeparrot",
-                       "--precision", "bf16", "--compile", "--reps", str(max(reps, 10)), "--warmup", "3",
-                       "--device", "cuda"]
+        runs["gpu"] = [
+            "--blocks",
+            "pre-ln,sas-p",
+            "--shape",
+            "tiny" if quick else "he-codeparrot",
+            "--precision",
+            "bf16",
+            "--compile",
+            "--reps",
+            str(max(reps, 10)),
+            "--warmup",
+            "3",
+            "--device",
+            "cuda",
+        ]
     if quick:
         runs["cpu"] += ["--peak-size", "256"]
     return runs
@@ -75,63 +108,108 @@ def targets(runs: dict) -> list[dict]:
             if r and r.get("vs_reference"):
                 vs = r["vs_reference"]
                 if need is None:
-                    out.append(check("SAS-P tokens/s >= 0.95 x FLOPs ceiling over Pre-LN (fp32 eager)",
-                                     vs["fraction_of_ceiling"] >= 0.95,
-                                     f"{vs['speedup']:.3f}x measured vs {vs['flops_ceiling']:.3f}x ceiling = "
-                                     f"{vs['fraction_of_ceiling']:.1%} of ceiling (need >= 95%, i.e. >= "
-                                     f"{0.95 * vs['flops_ceiling']:.3f}x)"))
+                    out.append(
+                        check(
+                            "SAS-P tokens/s >= 0.95 x FLOPs ceiling over Pre-LN (fp32 eager)",
+                            vs["fraction_of_ceiling"] >= 0.95,
+                            f"{vs['speedup']:.3f}x measured vs {vs['flops_ceiling']:.3f}x ceiling = "
+                            f"{vs['fraction_of_ceiling']:.1%} of ceiling (need >= 95%, i.e. >= "
+                            f"{0.95 * vs['flops_ceiling']:.3f}x)",
+                        )
+                    )
                 else:
-                    out.append(check("SAS tokens/s >= 1.05x Pre-LN (fp32 eager)", vs["speedup"] >= need,
-                                     f"{vs['speedup']:.3f}x measured (ceiling {vs['flops_ceiling']:.3f}x)"))
+                    out.append(
+                        check(
+                            "SAS tokens/s >= 1.05x Pre-LN (fp32 eager)",
+                            vs["speedup"] >= need,
+                            f"{vs['speedup']:.3f}x measured (ceiling {vs['flops_ceiling']:.3f}x)",
+                        )
+                    )
         r = row(cpu, "pre-ln")
         if r:
-            out.append(check("Pre-LN MFU >= 60% of the measured fp32 matmul peak", r["mfu"] >= 0.60,
-                             f"MFU {r['mfu']:.1%}: {r['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s achieved vs "
-                             f"{cpu['peak']['fp32']['flops_per_s'] / 1e9:.1f} GFLOP/s peak"))
+            out.append(
+                check(
+                    "Pre-LN MFU >= 60% of the measured fp32 matmul peak",
+                    r["mfu"] >= 0.60,
+                    f"MFU {r['mfu']:.1%}: {r['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s achieved vs "
+                    f"{cpu['peak']['fp32']['flops_per_s'] / 1e9:.1f} GFLOP/s peak",
+                )
+            )
         for block in ("pre-ln", "sas-p"):
             r = row(cpu, block, "bf16 compile")
             if r and r.get("vs_fp32_eager"):
                 s = r["vs_fp32_eager"]["speedup"]
-                out.append(check(f"{block}: bf16 autocast + torch.compile >= 2x fp32 eager tokens/s", s >= 2.0,
-                                 f"{s:.2f}x ({r['tokens_per_s']:.0f} vs {row(cpu, block)['tokens_per_s']:.0f} tokens/s)"))
+                out.append(
+                    check(
+                        f"{block}: bf16 autocast + torch.compile >= 2x fp32 eager tokens/s",
+                        s >= 2.0,
+                        f"{s:.2f}x ({r['tokens_per_s']:.0f} vs {row(cpu, block)['tokens_per_s']:.0f} tokens/s)",
+                    )
+                )
     ms = (runs.get("memory_scaling") or {}).get("memory_scaling")
     if ms:
         cell = {(r["block"], r["attn_impl"], r["T"]): r for r in ms["rows"]}
-        sdpa, pre, mat = (cell.get(k) for k in (("sas-p", "sdpa", 4096), ("pre-ln", "sdpa", 4096),
-                                               ("sas-p", "materialized", 4096)))
+        sdpa, pre, mat = (
+            cell.get(k) for k in (("sas-p", "sdpa", 4096), ("pre-ln", "sdpa", 4096), ("sas-p", "materialized", 4096))
+        )
         if sdpa and pre and sdpa.get("peak_bytes") and pre.get("peak_bytes"):
             ratio = sdpa["peak_bytes"] / pre["peak_bytes"]
-            mat_text = (f"materialized {fmt_bytes(mat['peak_bytes'])} ({mat['peak_bytes'] / sdpa['peak_bytes']:.1f}x sdpa)"
-                        if mat and mat.get("peak_bytes") else f"materialized: {mat.get('skipped') if mat else 'not run'}")
+            mat_text = (
+                f"materialized {fmt_bytes(mat['peak_bytes'])} ({mat['peak_bytes'] / sdpa['peak_bytes']:.1f}x sdpa)"
+                if mat and mat.get("peak_bytes")
+                else f"materialized: {mat.get('skipped') if mat else 'not run'}"
+            )
             far_less = bool(mat and (mat.get("skipped") or mat["peak_bytes"] >= 2 * sdpa["peak_bytes"]))
-            out.append(check("T=4096: sas-p sdpa peak memory <= 1.25x Pre-LN and far less than materialized",
-                             ratio <= 1.25 and far_less,
-                             f"sas-p sdpa {fmt_bytes(sdpa['peak_bytes'])} = {ratio:.2f}x pre-ln "
-                             f"({fmt_bytes(pre['peak_bytes'])}); {mat_text}"))
+            out.append(
+                check(
+                    "T=4096: sas-p sdpa peak memory <= 1.25x Pre-LN and far less than materialized",
+                    ratio <= 1.25 and far_less,
+                    f"sas-p sdpa {fmt_bytes(sdpa['peak_bytes'])} = {ratio:.2f}x pre-ln "
+                    f"({fmt_bytes(pre['peak_bytes'])}); {mat_text}",
+                )
+            )
     gpu = runs.get("gpu")
     if gpu:
         parts = [f"{r['label']}: {r['tokens_per_s']:.0f} tokens/s, MFU {r['mfu']:.1%}" for r in gpu["rows"]]
-        out.append(check("GPU: he-codeparrot shape, bf16 + compile, pre-ln and sas-p", True,
-                         f"{gpu['machine'].get('gpu')}: " + "; ".join(parts)))
+        out.append(
+            check(
+                "GPU: he-codeparrot shape, bf16 + compile, pre-ln and sas-p",
+                True,
+                f"{gpu['machine'].get('gpu')}: " + "; ".join(parts),
+            )
+        )
     else:
-        out.append(check("GPU: he-codeparrot shape, bf16 + compile, pre-ln and sas-p", None,
-                         "not measured by this run: no CUDA device on this machine (see the GPU section below)"))
+        out.append(
+            check(
+                "GPU: he-codeparrot shape, bf16 + compile, pre-ln and sas-p",
+                None,
+                "not measured by this run: no CUDA device on this machine (see the GPU section below)",
+            )
+        )
     return out
 
 
 def markdown(runs: dict, cmds: dict, checks: list[dict], started: str, wall: float, quick: bool) -> str:
     any_run = next(iter(runs.values()))
     m = any_run["machine"]
-    lines = ["# blocklab benchmark results", "",
-             f"Generated {started} by `python benchmarks/run_all.py{' --quick' if quick else ''}` (`make bench`) "
-             f"in {wall / 60:.1f} minutes. Regenerate with the same command; every number above the GPU section comes from that one run.",
-             "", "## Machine", "",
-             f"- {describe(m)}",
-             f"- {m['cpu_count']} logical CPUs, {fmt_bytes(m['memory_total_bytes'])} RAM, Python {m['python']}, {m['platform']}",
-             f"- load average at the start of the first benchmark: "
-             f"{', '.join(f'{x:.2f}' for x in m['load_average']) if m.get('load_average') else 'n/a'}"
-             " (the machine should be otherwise idle: other processes slow some variants more than others)",
-             "", "## Commands", "", "```"]
+    lines = [
+        "# blocklab benchmark results",
+        "",
+        f"Generated {started} by `python benchmarks/run_all.py{' --quick' if quick else ''}` (`make bench`) "
+        f"in {wall / 60:.1f} minutes. Regenerate with the same command; every number above the GPU section comes from that one run.",
+        "",
+        "## Machine",
+        "",
+        f"- {describe(m)}",
+        f"- {m['cpu_count']} logical CPUs, {fmt_bytes(m['memory_total_bytes'])} RAM, Python {m['python']}, {m['platform']}",
+        f"- load average at the start of the first benchmark: "
+        f"{', '.join(f'{x:.2f}' for x in m['load_average']) if m.get('load_average') else 'n/a'}"
+        " (the machine should be otherwise idle: other processes slow some variants more than others)",
+        "",
+        "## Commands",
+        "",
+        "```",
+    ]
     lines += [f"blocklab bench {shlex.join(argv)}" for argv in cmds.values()]
     lines += ["```", "", "## Targets (issue 7)", "", "| target | met | measured |", "|---|---|---|"]
     for c in checks:
@@ -142,11 +220,19 @@ def markdown(runs: dict, cmds: dict, checks: list[dict], started: str, wall: flo
         if not res:
             continue
         cfg = res["config"]
-        lines += ["", f"## {title}", "",
-                  f"Shape `{cfg['shape']['spec']}`; {cfg['reps']} interleaved rounds x {cfg['steps']} step, "
-                  f"{cfg['warmup']} warm-up steps per variant; AdamW ({cfg['adamw']}); device {res['machine']['device']}.",
-                  "", "Matrix-multiply peak (square n x n matmuls, best of several, measured before and after the timing):",
-                  "", peak_table(res, markdown=True), "", step_table(res, markdown=True)]
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            f"Shape `{cfg['shape']['spec']}`; {cfg['reps']} interleaved rounds x {cfg['steps']} step, "
+            f"{cfg['warmup']} warm-up steps per variant; AdamW ({cfg['adamw']}); device {res['machine']['device']}.",
+            "",
+            "Matrix-multiply peak (square n x n matmuls, best of several, measured before and after the timing):",
+            "",
+            peak_table(res, markdown=True),
+            "",
+            step_table(res, markdown=True),
+        ]
         sp = speedup_table(res, markdown=True)
         if sp:
             lines += ["", "Speedup over the same block in fp32 eager (same round-robin):", "", sp]
@@ -155,28 +241,38 @@ def markdown(runs: dict, cmds: dict, checks: list[dict], started: str, wall: flo
             lines += ["", f"Peak memory: {mem}."]
     res = runs.get("memory_scaling")
     if res and res.get("memory_scaling"):
-        lines += ["", "## Memory against sequence length", "",
-                  f"Peak memory of one forward+backward ({scaling_shape(res)}), each configuration in a fresh "
-                  "process. `sdpa` is the fused shaped attention (running mean for C, one "
-                  "scaled_dot_product_attention call): O(T d). `materialized` forms the T x T matrices: O(T^2).",
-                  "", scaling_table(res, markdown=True)]
-    lines += ["", "## Method", "",
-              "- Step: forward, backward, AdamW step (param_groups: no decay on gains/norms), zero_grad, on one fixed "
-              "random batch. Variants are timed round-robin (order rotating each round) after warm-up; median and "
-              "spread (IQR, min-max) of the per-step times.",
-              "- FLOPs: torch.utils.flop_counter.FlopCounterMode on one forward+backward per block (matmuls and "
-              "attention; CPU flash attention counted with PyTorch's SDPA formulas; full T x T even when causal). "
-              "The FLOPs ceiling of a block over Pre-LN is FLOPs(pre-ln) / FLOPs(block).",
-              "- MFU: step FLOPs / median step time / matmul peak at the variant's precision (bf16 rows against "
-              "the bf16 peak).",
-              "- Peak memory (CPU): each configuration alone in a fresh process; high-water RSS (VmHWM) during the "
-              "measured steps minus RSS after a tiny warm-up model, the high-water mark reset after one warm-up step; "
-              "glibc's mmap threshold is fixed (MALLOC_MMAP_THRESHOLD_=131072) so that freed tensors leave the "
-              "resident set instead of lingering in a fragmented heap. "
-              "Compiled variants also hold what torch.compile keeps (compiled code, guards: about 100 MiB at the tiny shape). "
-              "On CUDA: torch.cuda.max_memory_allocated.",
-              "- AdamW is `fused=True` (one multi-tensor kernel): PyTorch's default on CPU is a per-tensor loop that "
-              "is several times slower (see `blocklab bench --adamw loop`).", ""]
+        lines += [
+            "",
+            "## Memory against sequence length",
+            "",
+            f"Peak memory of one forward+backward ({scaling_shape(res)}), each configuration in a fresh "
+            "process. `sdpa` is the fused shaped attention (running mean for C, one "
+            "scaled_dot_product_attention call): O(T d). `materialized` forms the T x T matrices: O(T^2).",
+            "",
+            scaling_table(res, markdown=True),
+        ]
+    lines += [
+        "",
+        "## Method",
+        "",
+        "- Step: forward, backward, AdamW step (param_groups: no decay on gains/norms), zero_grad, on one fixed "
+        "random batch. Variants are timed round-robin (order rotating each round) after warm-up; median and "
+        "spread (IQR, min-max) of the per-step times.",
+        "- FLOPs: torch.utils.flop_counter.FlopCounterMode on one forward+backward per block (matmuls and "
+        "attention; CPU flash attention counted with PyTorch's SDPA formulas; full T x T even when causal). "
+        "The FLOPs ceiling of a block over Pre-LN is FLOPs(pre-ln) / FLOPs(block).",
+        "- MFU: step FLOPs / median step time / matmul peak at the variant's precision (bf16 rows against "
+        "the bf16 peak).",
+        "- Peak memory (CPU): each configuration alone in a fresh process; high-water RSS (VmHWM) during the "
+        "measured steps minus RSS after a tiny warm-up model, the high-water mark reset after one warm-up step; "
+        "glibc's mmap threshold is fixed (MALLOC_MMAP_THRESHOLD_=131072) so that freed tensors leave the "
+        "resident set instead of lingering in a fragmented heap. "
+        "Compiled variants also hold what torch.compile keeps (compiled code, guards: about 100 MiB at the tiny shape). "
+        "On CUDA: torch.cuda.max_memory_allocated.",
+        "- AdamW is `fused=True` (one multi-tensor kernel): PyTorch's default on CPU is a per-tensor loop that "
+        "is several times slower (see `blocklab bench --adamw loop`).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -217,17 +313,30 @@ def main(argv: list[str] | None = None) -> int:
     checks = targets(runs)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"generated": started, "wall_s": wall, "quick": args.quick,
-                   "commands": {k: "blocklab bench " + shlex.join(v) for k, v in cmds.items()},
-                   "targets": checks, "runs": runs}, f, indent=1, default=str)
+        json.dump(
+            {
+                "generated": started,
+                "wall_s": wall,
+                "quick": args.quick,
+                "commands": {k: "blocklab bench " + shlex.join(v) for k, v in cmds.items()},
+                "targets": checks,
+                "runs": runs,
+            },
+            f,
+            indent=1,
+            default=str,
+        )
         f.write("\n")
     path = os.path.join(args.out, "RESULTS.md")
     kept = kept_sections(path)
     with open(path, "w") as f:
         f.write(markdown(runs, cmds, checks, started, wall, args.quick) + kept)
     for c in checks:
-        print(f"[run_all] target {'MET' if c['met'] else 'NOT MET' if c['met'] is False else 'n/a'}: "
-              f"{c['target']}: {c['detail']}", file=sys.stderr)
+        print(
+            f"[run_all] target {'MET' if c['met'] else 'NOT MET' if c['met'] is False else 'n/a'}: "
+            f"{c['target']}: {c['detail']}",
+            file=sys.stderr,
+        )
     print(f"[run_all] wrote {args.out}/RESULTS.md and results.json ({wall / 60:.1f} min)", file=sys.stderr)
     return 0
 

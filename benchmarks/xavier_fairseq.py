@@ -26,6 +26,7 @@ Options: --steps (default 1000), --seeds (default 0), --variants (default a b c 
 --lr (5e-4), --warmup (250), --eval-every (200), --block (post-ln), --out (default
 /tmp/xavier_fairseq).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,21 +36,51 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-VARIANTS = {"a": ("gain1", False), "b": ("fairseq", False), "c": ("gain1", True), "d": ("fairseq", True),
-            "old": ("old", False)}
+VARIANTS = {
+    "a": ("gain1", False),
+    "b": ("fairseq", False),
+    "c": ("gain1", True),
+    "d": ("fairseq", True),
+    "old": ("old", False),
+}
 
 
 def overrides(args, bias: bool, seed: int) -> dict:
     return {
         "data": {"source": "gettext", "src_lang": "de", "tgt_lang": "en", "vocab_size": 8000, "seq_len": 64},
-        "model": {"task": "translation", "block": args.block, "d_model": 128, "n_layers": 3, "n_heads": 4,
-                  "d_ff": 512, "norm": "layernorm", "init": "xavier", "positions": "sinusoidal", "dropout": 0.1,
-                  "bias": bias},
-        "train": {"seed": seed, "optimizer": "adam", "beta1": 0.9, "beta2": 0.98, "schedule": "inv_sqrt", "weight_decay": 0.0,
-                  "grad_clip": 0.0, "label_smoothing": 0.1, "steps": args.steps, "batch_size": 32, "lr": args.lr,
-                  "warmup_steps": args.warmup, "inv_sqrt_scale": 250, "log_every": 50,
-                  "eval_every": args.eval_every, "eval_batches": 4, "checkpoint_every": 10 ** 9,
-                  "stall_patience": 10 ** 9},
+        "model": {
+            "task": "translation",
+            "block": args.block,
+            "d_model": 128,
+            "n_layers": 3,
+            "n_heads": 4,
+            "d_ff": 512,
+            "norm": "layernorm",
+            "init": "xavier",
+            "positions": "sinusoidal",
+            "dropout": 0.1,
+            "bias": bias,
+        },
+        "train": {
+            "seed": seed,
+            "optimizer": "adam",
+            "beta1": 0.9,
+            "beta2": 0.98,
+            "schedule": "inv_sqrt",
+            "weight_decay": 0.0,
+            "grad_clip": 0.0,
+            "label_smoothing": 0.1,
+            "steps": args.steps,
+            "batch_size": 32,
+            "lr": args.lr,
+            "warmup_steps": args.warmup,
+            "inv_sqrt_scale": 250,
+            "log_every": 50,
+            "eval_every": args.eval_every,
+            "eval_batches": 4,
+            "checkpoint_every": 10**9,
+            "stall_patience": 10**9,
+        },
     }
 
 
@@ -84,6 +115,7 @@ def run_one(job):
     args, variant, seed = job
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
+
     torch.set_num_threads(1)
     from blocklab.training import load_config, train
 
@@ -94,9 +126,15 @@ def run_one(job):
     summary = train(load_config(None, overrides(args, bias, seed)), out, progress=False)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [(r["step"], r["eval_loss"], r.get("bleu")) for r in rows if "eval_loss" in r]
-    return {"variant": variant, "seed": seed, "status": summary["status"], "evals": evals,
-            "final_eval_loss": summary["final_eval_loss"], "bleu": evals[-1][2] if evals else None,
-            "wall_s": summary["wall_time_s"]}
+    return {
+        "variant": variant,
+        "seed": seed,
+        "status": summary["status"],
+        "evals": evals,
+        "final_eval_loss": summary["final_eval_loss"],
+        "bleu": evals[-1][2] if evals else None,
+        "wall_s": summary["wall_time_s"],
+    }
 
 
 def main() -> None:
@@ -116,9 +154,12 @@ def main() -> None:
         results = []
         for r in pool.map(run_one, jobs):
             results.append(r)
-            print(f"{r['variant']:>4} seed {r['seed']}: {r['status']}, eval loss "
-                  + " ".join(f"{s}:{l:.4f}" for s, l, _ in r["evals"])
-                  + f", BLEU {r['bleu']}, {r['wall_s']:.0f} s", flush=True)
+            print(
+                f"{r['variant']:>4} seed {r['seed']}: {r['status']}, eval loss "
+                + " ".join(f"{s}:{l:.4f}" for s, l, _ in r["evals"])
+                + f", BLEU {r['bleu']}, {r['wall_s']:.0f} s",
+                flush=True,
+            )
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print("\nvariant  " + "  ".join(f"{s:>7}" for s, _, _ in results[0]["evals"]) + "     BLEU")

@@ -48,6 +48,13 @@ def overrides(corpus_dir):
     return {
         "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
         "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
-        "train": {"steps": 20, "batch_size": 4, "log_every": 1, "eval_every": 10, "eval_batches": 2,
-                  "checkpoint_every": 5, "lr": 3e-3},
+        "train": {
+            "steps": 20,
+            "batch_size": 4,
+            "log_every": 1,
+            "eval_every": 10,
+            "eval_batches": 2,
+            "checkpoint_every": 5,
+            "lr": 3e-3,
+        },
     }

@@ -1,4 +1,5 @@
 """Shared test helpers: a small config and parameter randomisation."""
+
 import torch
 
 from blocklab import ModelConfig
@@ -17,8 +18,6 @@ def randomize(model, seed=0, scale=0.3):
     for p in model.parameters():
         p.add_(torch.randn(p.shape, generator=g) * scale)
     return model
-
-
 
 
 def as_args(over: dict) -> list[str]:
@@ -43,5 +42,5 @@ def assert_cached_decoding_matches(m, src, tgt, mask):
     full = m(src, mask, decoder_input_ids=tgt).logits
     memory, _ = m.encode(src, mask)
     cache = m.init_cache(memory)
-    steps = [m.decode_step(tgt[:, t:t + 1], t, cache, padding_mask(mask)) for t in range(tgt.shape[1])]
+    steps = [m.decode_step(tgt[:, t : t + 1], t, cache, padding_mask(mask)) for t in range(tgt.shape[1])]
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)

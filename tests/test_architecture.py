@@ -1,6 +1,7 @@
 """The package's import graph has no cycle (issue 16). pyproject.toml's import-linter contracts keep
 the layers pointing down (`make test` runs lint-imports); a cycle between two modules of one layer
 (model.py and seq2seq.py, say) is not a layer violation, so this test looks for any cycle at all."""
+
 import pytest
 
 grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter (the dev extra)")

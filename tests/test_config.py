@@ -40,7 +40,13 @@ def test_unknown_option_is_a_value_error_naming_it():
 def test_defaults_match_spec():
     c = ModelConfig()
     assert (c.task, c.norm, c.activation, c.init, c.attn_impl, c.positions) == (
-        "clm", "rmsnorm", "relu", "normal", "auto", "learned")
+        "clm",
+        "rmsnorm",
+        "relu",
+        "normal",
+        "auto",
+        "learned",
+    )
     assert c.tie_embeddings and not c.mlp_bias and c.causal
     assert not ModelConfig(task="mlm").causal
     assert ModelConfig(block="sas-p").resolved("beta_ff") == 0.1

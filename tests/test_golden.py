@@ -37,6 +37,7 @@ Generate it from the committed code, not from a working tree that holds edits in
     PYTHONPATH=/tmp/golden-src/src .venv/bin/python -m tests.test_golden --regenerate
     git worktree remove --force /tmp/golden-src
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,14 +82,76 @@ class _Rng:
         return seq[self.below(len(seq))]
 
 
-_NAMES = ["value", "count", "total", "items", "index", "result", "buffer", "name", "path", "data", "size",
-          "offset", "key", "node", "parent", "child", "token", "line", "text", "limit", "start", "stop"]
-_VERBS = ["get", "set", "load", "save", "parse", "build", "read", "write", "merge", "split", "check", "find",
-          "update", "render", "encode", "decode"]
+_NAMES = [
+    "value",
+    "count",
+    "total",
+    "items",
+    "index",
+    "result",
+    "buffer",
+    "name",
+    "path",
+    "data",
+    "size",
+    "offset",
+    "key",
+    "node",
+    "parent",
+    "child",
+    "token",
+    "line",
+    "text",
+    "limit",
+    "start",
+    "stop",
+]
+_VERBS = [
+    "get",
+    "set",
+    "load",
+    "save",
+    "parse",
+    "build",
+    "read",
+    "write",
+    "merge",
+    "split",
+    "check",
+    "find",
+    "update",
+    "render",
+    "encode",
+    "decode",
+]
 _OPS = ["+", "-", "*", "//", "%"]
 _CMPS = ["<", ">", "==", "!=", "<=", ">="]
-_WORDS = ["the", "a", "of", "to", "and", "in", "is", "for", "return", "value", "list", "each", "new", "from",
-          "given", "with", "when", "first", "last", "item", "file", "line", "number", "string"]
+_WORDS = [
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "in",
+    "is",
+    "for",
+    "return",
+    "value",
+    "list",
+    "each",
+    "new",
+    "from",
+    "given",
+    "with",
+    "when",
+    "first",
+    "last",
+    "item",
+    "file",
+    "line",
+    "number",
+    "string",
+]
 
 
 def _function(r: _Rng) -> str:
@@ -104,11 +167,15 @@ def _function(r: _Rng) -> str:
         if kind == 0:
             lines.append(f"    {var} = {r.pick(local)} {r.pick(_OPS)} {r.below(100)}")
         elif kind == 1:
-            lines += [f"    if {r.pick(local)} {r.pick(_CMPS)} {r.below(10)}:",
-                      f"        {var} = {r.pick(_VERBS)}_{r.pick(_NAMES)}({r.pick(local)})"]
+            lines += [
+                f"    if {r.pick(local)} {r.pick(_CMPS)} {r.below(10)}:",
+                f"        {var} = {r.pick(_VERBS)}_{r.pick(_NAMES)}({r.pick(local)})",
+            ]
         elif kind == 2:
-            lines += [f"    for {var} in range(len({r.pick(local)})):",
-                      f"        {r.pick(local)}.append({var} {r.pick(_OPS)} {r.below(10)})"]
+            lines += [
+                f"    for {var} in range(len({r.pick(local)})):",
+                f"        {r.pick(local)}.append({var} {r.pick(_OPS)} {r.below(10)})",
+            ]
         else:
             lines.append(f"    {var} = [{', '.join(str(r.below(50)) for _ in range(1 + r.below(4)))}]")
         local.append(var)
@@ -151,9 +218,20 @@ def write_pairs(path: Path, n: int = 240, seed: int = 17) -> str:
 # The runs. "{code}" and "{pairs}" stand for the data written above.
 
 # An evaluation half-way as well as at the end: it must not disturb the training that follows.
-_COMMON_TRAIN = {"steps": STEPS, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "log_every": 1,
-                 "eval_every": STEPS // 2, "eval_batches": 2, "checkpoint_every": STEPS, "seed": 0,
-                 "precision": "fp32", "compile": "false", "device": "cpu"}
+_COMMON_TRAIN = {
+    "steps": STEPS,
+    "batch_size": 4,
+    "lr": 3e-3,
+    "warmup_steps": 2,
+    "log_every": 1,
+    "eval_every": STEPS // 2,
+    "eval_batches": 2,
+    "checkpoint_every": STEPS,
+    "seed": 0,
+    "precision": "fp32",
+    "compile": "false",
+    "device": "cpu",
+}
 _LM_DATA = {"source": "{code}", "vocab_size": 512, "seq_len": 32, "val_fraction": 0.1}
 _LM_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}
 # Post-LN in Xiong et al.'s setting (LayerNorm, Xavier); Pre-LN and SAS-P with the defaults.
@@ -161,18 +239,42 @@ _LM_BLOCKS = {"post-ln": {"norm": "layernorm", "init": "xavier"}, "pre-ln": {}, 
 
 
 def _lm(task: str, block: str) -> dict:
-    return {"model": {"task": task, "block": block, **_LM_MODEL, **_LM_BLOCKS[block]},
-            "data": dict(_LM_DATA), "train": dict(_COMMON_TRAIN)}
+    return {
+        "model": {"task": task, "block": block, **_LM_MODEL, **_LM_BLOCKS[block]},
+        "data": dict(_LM_DATA),
+        "train": dict(_COMMON_TRAIN),
+    }
 
 
 def _translation(block: str) -> dict:
-    return {"model": {"task": "translation", "block": block, "d_model": 32, "n_layers": 2, "n_heads": 2,
-                      "d_ff": 64, "norm": "layernorm", "init": "xavier", "dropout": 0.1},
-            "data": {"source": "{pairs}", "vocab_size": 300, "seq_len": 24, "val_fraction": 0.1},
-            # 30 steps at lr 1e-2: enough for a BLEU above zero (about 1.4), still under a second
-            "train": {**_COMMON_TRAIN, "steps": 30, "eval_every": 15, "checkpoint_every": 30, "batch_size": 8,
-                      "lr": 1e-2, "optimizer": "adam", "schedule": "inv_sqrt", "warmup_steps": 4,
-                      "weight_decay": 0.0, "label_smoothing": 0.1}}
+    return {
+        "model": {
+            "task": "translation",
+            "block": block,
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 2,
+            "d_ff": 64,
+            "norm": "layernorm",
+            "init": "xavier",
+            "dropout": 0.1,
+        },
+        "data": {"source": "{pairs}", "vocab_size": 300, "seq_len": 24, "val_fraction": 0.1},
+        # 30 steps at lr 1e-2: enough for a BLEU above zero (about 1.4), still under a second
+        "train": {
+            **_COMMON_TRAIN,
+            "steps": 30,
+            "eval_every": 15,
+            "checkpoint_every": 30,
+            "batch_size": 8,
+            "lr": 1e-2,
+            "optimizer": "adam",
+            "schedule": "inv_sqrt",
+            "warmup_steps": 4,
+            "weight_decay": 0.0,
+            "label_smoothing": 0.1,
+        },
+    }
 
 
 RUNS: dict[str, dict] = {
@@ -181,15 +283,49 @@ RUNS: dict[str, dict] = {
     **{f"translation/{b}": _translation(b) for b in ("post-ln", "pre-ln")},
 }
 
-PROBE_ARGS = ["--blocks", "post-ln,pre-ln,sas-p", "--depths", "2,4", "--seeds", "2", "--batches", "1",
-              "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--data", "{code}", "--vocab-size", "512",
-              "--seq-len", "32", "--batch-size", "4", "--no-ablation", "--device", "cpu", "--no-progress"]
+PROBE_ARGS = [
+    "--blocks",
+    "post-ln,pre-ln,sas-p",
+    "--depths",
+    "2,4",
+    "--seeds",
+    "2",
+    "--batches",
+    "1",
+    "--d-model",
+    "32",
+    "--n-heads",
+    "2",
+    "--d-ff",
+    "64",
+    "--data",
+    "{code}",
+    "--vocab-size",
+    "512",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "4",
+    "--no-ablation",
+    "--device",
+    "cpu",
+    "--no-progress",
+]
 
 # metrics.jsonl keys that measure time, not behaviour
 _TIMING = ("tokens_per_s", "mfu", "time", "seconds", "wall", "elapsed", "eta")
 # summary.json keys pinned (when present)
-_SUMMARY = ("status", "step", "n_params", "final_loss", "final_eval_loss", "best_eval_loss", "unigram_entropy",
-            "final_bleu", "best_bleu")
+_SUMMARY = (
+    "status",
+    "step",
+    "n_params",
+    "final_loss",
+    "final_eval_loss",
+    "best_eval_loss",
+    "unigram_entropy",
+    "final_bleu",
+    "best_bleu",
+)
 
 
 def _fill(value, paths: dict):
@@ -247,8 +383,11 @@ def write_data(root: Path) -> tuple[dict, dict]:
 
 
 def _fingerprint() -> dict:
-    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "machine": platform.machine()}
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,13 +430,15 @@ def _train_errors(name: str, golden: dict, new: dict, exact_losses: bool) -> lis
     errors: list[str] = []
     g_steps, n_steps = golden["steps"], new["steps"]
     if [r.get("step") for r in g_steps] != [r.get("step") for r in n_steps]:
-        errors.append(f"{name}: logged steps {[r.get('step') for r in n_steps]} != golden "
-                      f"{[r.get('step') for r in g_steps]}")
+        errors.append(
+            f"{name}: logged steps {[r.get('step') for r in n_steps]} != golden {[r.get('step') for r in g_steps]}"
+        )
     for g, n in zip(g_steps, n_steps):
         where = f"{name} step {g.get('step')}"
         if set(g) != set(n):
-            errors.append(f"{where}: keys differ (missing {sorted(set(g) - set(n))}, "
-                          f"unexpected {sorted(set(n) - set(g))})")
+            errors.append(
+                f"{where}: keys differ (missing {sorted(set(g) - set(n))}, unexpected {sorted(set(n) - set(g))})"
+            )
         for k in g:
             if k in n:
                 compare(g[k], n[k], f"{where} {k}", exact_losses and k == "loss", errors)
@@ -321,7 +462,8 @@ def data(golden, tmp_path_factory) -> dict:
     paths, hashes = write_data(tmp_path_factory.mktemp("golden-data"))
     assert hashes == golden["data_sha256"], (
         "the golden test's own data changed (its generator was edited): "
-        f"{hashes} != {golden['data_sha256']}; the golden values no longer apply")
+        f"{hashes} != {golden['data_sha256']}; the golden values no longer apply"
+    )
     return paths
 
 
@@ -337,8 +479,9 @@ def test_training_losses_match_golden(name, golden, data, exact, tmp_path):
     new = train_values(name, data, tmp_path / "run")
     errors = _train_errors(name, golden["runs"][name]["values"], new, exact)
     if errors:
-        pytest.fail(f"{len(errors)} value(s) of {name} differ from {GOLDEN.name}:\n" + "\n".join(errors[:40]),
-                    pytrace=False)
+        pytest.fail(
+            f"{len(errors)} value(s) of {name} differ from {GOLDEN.name}:\n" + "\n".join(errors[:40]), pytrace=False
+        )
 
 
 def test_probe_matches_golden(golden, data, tmp_path):
@@ -347,8 +490,10 @@ def test_probe_matches_golden(golden, data, tmp_path):
     errors: list[str] = []
     compare(golden["probe"]["values"], new, "probe", False, errors)
     if errors:
-        pytest.fail(f"{len(errors)} value(s) of blocklab probe differ from {GOLDEN.name}:\n" + "\n".join(errors[:40]),
-                    pytrace=False)
+        pytest.fail(
+            f"{len(errors)} value(s) of blocklab probe differ from {GOLDEN.name}:\n" + "\n".join(errors[:40]),
+            pytrace=False,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,10 +505,14 @@ def regenerate(path: Path = GOLDEN) -> dict:
 
     src = Path(blocklab.__file__).resolve().parent
     try:
-        commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "."],
-                                    capture_output=True, text=True, check=True).stdout.strip())
+        commit = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "-C", str(src), "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        )
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = None, None
     with tempfile.TemporaryDirectory() as tmp:
@@ -378,12 +527,18 @@ def regenerate(path: Path = GOLDEN) -> dict:
         probe = {"args": PROBE_ARGS, "values": probe_values(paths, tmp / "probe")}
     golden = {
         "about": "Golden values of issue 16; compared by tests/test_golden.py. Refresh only when behaviour is "
-                 "meant to change (python -m tests.test_golden --regenerate, from the committed code).",
-        "commit": commit, "package_dirty": dirty, "package": str(src),
-        "fingerprint": _fingerprint(), "python": platform.python_version(), "threads": 1,
+        "meant to change (python -m tests.test_golden --regenerate, from the committed code).",
+        "commit": commit,
+        "package_dirty": dirty,
+        "package": str(src),
+        "fingerprint": _fingerprint(),
+        "python": platform.python_version(),
+        "threads": 1,
         "rule": f"abs(new - golden) <= {RTOL:g} * max(1, |golden|); training losses bit-for-bit when the "
-                "fingerprint matches",
-        "data_sha256": hashes, "runs": runs, "probe": probe,
+        "fingerprint matches",
+        "data_sha256": hashes,
+        "runs": runs,
+        "probe": probe,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(golden, indent=1) + "\n")

@@ -1,4 +1,5 @@
 """blocklab.overrides: the one parser of `--SECTION.KEY VALUE` / `--SECTION.KEY=VALUE`."""
+
 import pytest
 
 from blocklab.errors import UserError
@@ -6,8 +7,18 @@ from blocklab.overrides import SECTIONS, is_override, parse_overrides, split_ove
 
 
 def test_split_pulls_overrides_and_their_values_out_of_a_command_line():
-    argv = ["train", "cfg.toml", "--model.block", "sas-p", "--out", "d", "--train.lr=1e-3", "--resume",
-            "--data.source", "--weird"]
+    argv = [
+        "train",
+        "cfg.toml",
+        "--model.block",
+        "sas-p",
+        "--out",
+        "d",
+        "--train.lr=1e-3",
+        "--resume",
+        "--data.source",
+        "--weird",
+    ]
     rest, over = split_overrides(argv)
     assert rest == ["train", "cfg.toml", "--out", "d", "--resume"]
     # the value is the next token whatever it looks like; '=' carries its own value
@@ -27,7 +38,9 @@ def test_is_override():
 
 def test_parse_keeps_strings_reads_dashes_as_underscores_and_the_last_value_wins():
     assert parse_overrides(["--model.n-layers", "4", "--train.lr=1e-3", "--model.n_layers", "6"]) == {
-        "model": {"n_layers": "6"}, "train": {"lr": "1e-3"}}
+        "model": {"n_layers": "6"},
+        "train": {"lr": "1e-3"},
+    }
     assert parse_overrides(["--train.note=a=b"]) == {"train": {"note": "a=b"}}  # only the first '=' splits
     assert parse_overrides([]) == {}
 
@@ -43,12 +56,15 @@ def test_parse_hands_each_value_to_coerce():
     assert seen == [("train", "warmup_steps", "5")]
 
 
-@pytest.mark.parametrize("tokens, message", [
-    (["sas-p"], "unrecognised argument 'sas-p'; overrides look like --model.block sas-p"),
-    (["--steps", "3"], "unrecognised argument '--steps'"),
-    (["--train.steps"], "--train.steps needs a value"),
-    (["--optim.lr", "1"], "unknown config section in --optim.lr; valid: model, data, train"),
-])
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        (["sas-p"], "unrecognised argument 'sas-p'; overrides look like --model.block sas-p"),
+        (["--steps", "3"], "unrecognised argument '--steps'"),
+        (["--train.steps"], "--train.steps needs a value"),
+        (["--optim.lr", "1"], "unknown config section in --optim.lr; valid: model, data, train"),
+    ],
+)
 def test_parse_errors_are_one_line_user_errors(tokens, message):
     with pytest.raises(UserError) as e:
         parse_overrides(tokens)

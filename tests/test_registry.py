@@ -1,5 +1,6 @@
 """The registry is the one place a block's facts live: every spec is complete and agrees with its module,
 and a block registered with nothing but `register(...)` is seen by every module that needs a block fact."""
+
 import pytest
 import torch
 import torch.nn as nn
@@ -65,17 +66,20 @@ def test_spec_facts_match_the_built_modules(block):
                 small_cfg(block, task)
 
 
-@pytest.mark.parametrize("facts, words", [
-    (dict(family="exotic"), ["family='exotic'", "classic", "simplified", "ablation"]),
-    (dict(colour="red"), ["colour='red'", "#rrggbb"]),
-    (dict(label=""), ["label=''"]),
-    (dict(tasks=("clm", "speech")), ["tasks='speech'", "clm, mlm, translation"]),
-    (dict(tasks=("clm", "translation")), ["translation", "decoder"]),
-    (dict(decoder=PreLNDecoderBlock, tasks=("clm",)), ["translation", "decoder"]),
-    (dict(dropout="yes"), ["dropout='yes'", "True, False"]),
-    (dict(beta_ff="0.1"), ["beta_ff='0.1'"]),
-    (dict(predictions={"hidden_norm": "residual"}), ["predictions=", "Predictions"]),
-])
+@pytest.mark.parametrize(
+    "facts, words",
+    [
+        (dict(family="exotic"), ["family='exotic'", "classic", "simplified", "ablation"]),
+        (dict(colour="red"), ["colour='red'", "#rrggbb"]),
+        (dict(label=""), ["label=''"]),
+        (dict(tasks=("clm", "speech")), ["tasks='speech'", "clm, mlm, translation"]),
+        (dict(tasks=("clm", "translation")), ["translation", "decoder"]),
+        (dict(decoder=PreLNDecoderBlock, tasks=("clm",)), ["translation", "decoder"]),
+        (dict(dropout="yes"), ["dropout='yes'", "True, False"]),
+        (dict(beta_ff="0.1"), ["beta_ff='0.1'"]),
+        (dict(predictions={"hidden_norm": "residual"}), ["predictions=", "Predictions"]),
+    ],
+)
 def test_spec_validation_names_field_value_and_choices(facts, words):
     base = dict(label="Toy", family="classic", colour="#123456")
     with pytest.raises(ValueError) as e:
@@ -83,19 +87,23 @@ def test_spec_validation_names_field_value_and_choices(facts, words):
     for w in words:
         assert w in str(e.value)
 
-@pytest.mark.parametrize("facts, words", [
-    (dict(recipe=(("weight_decay", 0.0),), recipe_source="x"), ["'weight_decay'", "section.option", "model, data"]),
-    (dict(recipe=(("optim.wd", 0.0),), recipe_source="x"), ["'optim.wd'", "train"]),
-    (dict(recipe=(("train.lr", 1e-3),), recipe_source="x"), ["'train.lr'", "tuned"]),
-    (dict(recipe=(("model.block", "pre-ln"),), recipe_source="x"), ["'model.block'"]),
-    (dict(recipe=(("train.weight_decay", 0.0),)), ["recipe_source"]),
-    (dict(recipe=(("train.weight_decay", 0.0),), recipe_source=" "), ["recipe_source=' '"]),
-    (dict(recipe_source="Sec. 1"), ["recipe_source='Sec. 1'"]),
-    (dict(recipe=(("train.weight_decay", 0.0), ("train.weight_decay", 0.1)), recipe_source="x"), ["twice"]),
-    (dict(recipe=(("train.weight_decay", None),), recipe_source="x"), ["train.weight_decay=None"]),
-    (dict(recipe=(("train.weight_decay", float("nan")),), recipe_source="x"), ["train.weight_decay=nan"]),
-    (dict(recipe="train.weight_decay=0", recipe_source="x"), ["pairs"]),
-])
+
+@pytest.mark.parametrize(
+    "facts, words",
+    [
+        (dict(recipe=(("weight_decay", 0.0),), recipe_source="x"), ["'weight_decay'", "section.option", "model, data"]),
+        (dict(recipe=(("optim.wd", 0.0),), recipe_source="x"), ["'optim.wd'", "train"]),
+        (dict(recipe=(("train.lr", 1e-3),), recipe_source="x"), ["'train.lr'", "tuned"]),
+        (dict(recipe=(("model.block", "pre-ln"),), recipe_source="x"), ["'model.block'"]),
+        (dict(recipe=(("train.weight_decay", 0.0),)), ["recipe_source"]),
+        (dict(recipe=(("train.weight_decay", 0.0),), recipe_source=" "), ["recipe_source=' '"]),
+        (dict(recipe_source="Sec. 1"), ["recipe_source='Sec. 1'"]),
+        (dict(recipe=(("train.weight_decay", 0.0), ("train.weight_decay", 0.1)), recipe_source="x"), ["twice"]),
+        (dict(recipe=(("train.weight_decay", None),), recipe_source="x"), ["train.weight_decay=None"]),
+        (dict(recipe=(("train.weight_decay", float("nan")),), recipe_source="x"), ["train.weight_decay=nan"]),
+        (dict(recipe="train.weight_decay=0", recipe_source="x"), ["pairs"]),
+    ],
+)
 def test_recipe_validation(facts, words):
     with pytest.raises(ValueError) as e:
         BlockSpec(PreLN, label="Toy", family="classic", colour="#123456", **facts)
@@ -109,17 +117,26 @@ def test_block_recipe():
     assert block_recipe("pre-ln") == {} and REGISTRY["pre-ln"].recipe_source is None
     with pytest.raises(ValueError, match="block='nope' is not registered; choose one of: post-ln, pre-ln"):
         block_recipe("nope")
-    spec = BlockSpec(PreLN, label="Toy", family="classic", colour="#123456",
-                     recipe={"train.warmup_steps": 0, "model.dyt_alpha": 0.8}, recipe_source="Toy et al., Table 1")
+    spec = BlockSpec(
+        PreLN,
+        label="Toy",
+        family="classic",
+        colour="#123456",
+        recipe={"train.warmup_steps": 0, "model.dyt_alpha": 0.8},
+        recipe_source="Toy et al., Table 1",
+    )
     assert spec.recipe == (("train.warmup_steps", 0), ("model.dyt_alpha", 0.8)) and hash(spec)
 
 
-@pytest.mark.parametrize("facts, word", [
-    (dict(hidden_norm="quadratic", hidden_norm_source="x"), "hidden_norm='quadratic'"),
-    (dict(hidden_norm="residual"), "hidden_norm_source"),
-    (dict(last_ffn_slope=-0.5), "last_ffn_source"),
-    (dict(hidden_norm="unit", hidden_norm_source="x", lemma2_paper=True), "lemma2_paper"),
-])
+@pytest.mark.parametrize(
+    "facts, word",
+    [
+        (dict(hidden_norm="quadratic", hidden_norm_source="x"), "hidden_norm='quadratic'"),
+        (dict(hidden_norm="residual"), "hidden_norm_source"),
+        (dict(last_ffn_slope=-0.5), "last_ffn_source"),
+        (dict(hidden_norm="unit", hidden_norm_source="x", lemma2_paper=True), "lemma2_paper"),
+    ],
+)
 def test_predictions_validation(facts, word):
     with pytest.raises(ValueError, match=word):
         Predictions(**facts)
@@ -129,10 +146,12 @@ def test_register_refuses_a_taken_name_label_or_colour():
     class Toy(PreLN):
         pass
 
-    for name, facts, word in [("pre-ln", dict(label="Toy", colour="#123456"), "already registered"),
-                              ("toy-block", dict(label="pre-ln", colour="#123456"), "label="),
-                              ("toy-block", dict(label="Toy", colour="#1F77B4"), "colour="),
-                              ("Toy Block", dict(label="Toy", colour="#123456"), "block name")]:
+    for name, facts, word in [
+        ("pre-ln", dict(label="Toy", colour="#123456"), "already registered"),
+        ("toy-block", dict(label="pre-ln", colour="#123456"), "label="),
+        ("toy-block", dict(label="Toy", colour="#1F77B4"), "colour="),
+        ("Toy Block", dict(label="Toy", colour="#123456"), "block name"),
+    ]:
         with pytest.raises(ValueError, match=word):
             register(name, family="classic", **facts)(Toy)
     assert "toy-block" not in REGISTRY
@@ -145,10 +164,17 @@ def toy_block():
     class Toy(PreLN):
         """Pre-LN under another name."""
 
-    register("toy-block", label="Toy block", family="simplified", colour="#123456", dropout=True,
-             decoder=PreLNDecoderBlock,
-             predictions=Predictions(hidden_norm="residual", hidden_norm_source="toy source",
-                                     last_ffn_slope=-0.25, last_ffn_source="toy slope"))(Toy)
+    register(
+        "toy-block",
+        label="Toy block",
+        family="simplified",
+        colour="#123456",
+        dropout=True,
+        decoder=PreLNDecoderBlock,
+        predictions=Predictions(
+            hidden_norm="residual", hidden_norm_source="toy source", last_ffn_slope=-0.25, last_ffn_source="toy slope"
+        ),
+    )(Toy)
     try:
         yield "toy-block"
     finally:
@@ -161,7 +187,9 @@ def test_a_registered_block_is_seen_everywhere(toy_block):
     cfg = small_cfg(toy_block, "translation", dropout=0.1)
     with pytest.raises(ValueError, match="choose one of: post-ln, pre-ln, deepnorm, toy-block"):
         small_cfg("sas-p", "translation")
-    with pytest.raises(ValueError, match="it applies to: post-ln, pre-ln, parallel, deepnorm, rezero, peri-ln, mix-ln, lns, toy-block"):
+    with pytest.raises(
+        ValueError, match="it applies to: post-ln, pre-ln, parallel, deepnorm, rezero, peri-ln, mix-ln, lns, toy-block"
+    ):
         small_cfg("sas", dropout=0.1)
     with pytest.raises(ValueError, match="toy-block"):
         small_cfg("no-such-block")

@@ -1,5 +1,6 @@
 """blocklab.stats: the numbers behind a comparison's verdict (SPEC section 10), checked against values worked
 out by hand or by a separate route (textbook t quantiles, the Welch-Satterthwaite formula written out here)."""
+
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ from scipy.stats import ttest_ind
 from blocklab import stats
 
 # --- means, intervals, Welch, Holm ---------------------------------------------------------------------------
+
 
 def test_mean_sd_and_one_value():
     m, sd = stats.mean_sd([1, 2, 3, 4, 5])
@@ -46,7 +48,7 @@ def _welch_by_hand(a, b, level=0.95):
     ma, mb = sum(a) / na, sum(b) / nb
     va = sum((x - ma) ** 2 for x in a) / (na - 1) / na
     vb = sum((x - mb) ** 2 for x in b) / (nb - 1) / nb
-    df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
+    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
     se = math.sqrt(va + vb)
     half = student_t.ppf(1 - (1 - level) / 2, df) * se
     p = 2 * student_t.sf(abs(ma - mb) / se, df)
@@ -117,6 +119,7 @@ def test_holm_worked_by_hand():
 
 # --- verdicts -------------------------------------------------------------------------------------------------
 
+
 def test_one_seed_on_either_side():
     assert stats.verdict(-5.0, None, 1, 3) == "one seed"
     assert stats.verdict(-5.0, 0.0001, 3, 1) == "one seed"
@@ -170,11 +173,13 @@ def test_min_detectable_by_hand():
 
 # --- tuning curves --------------------------------------------------------------------------------------------
 
+
 def _curve(values, means, ok=None, seeds=2):
     """Grid points whose seeds are mean +- 0.01 (so each point's mean is exactly `means[i]` up to rounding)."""
     ok = ok or [True] * len(values)
-    return [{"value": v, "scores": [m - 0.01, m + 0.01][:seeds], "ok": [o] * seeds}
-            for v, m, o in zip(values, means, ok)]
+    return [
+        {"value": v, "scores": [m - 0.01, m + 0.01][:seeds], "ok": [o] * seeds} for v, m, o in zip(values, means, ok)
+    ]
 
 
 LR = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
@@ -183,7 +188,7 @@ LR = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
 def test_interior_best():
     r = stats.analyse_curve(_curve(LR, [4.0, 3.5, 3.2, 3.3, 5.0]), tolerance=0.15, cap=6.0)
     assert r["best"] == 1e-3 and r["best_at_edge"] is False
-    assert r["stable"] == [1e-3, 3e-3]          # 3.5 is 0.3 away, 5.0 is 1.8 away
+    assert r["stable"] == [1e-3, 3e-3]  # 3.5 is 0.3 away, 5.0 is 1.8 away
     assert r["trainable"] == [1e-4, 1e-2]
     assert r["means"] == pytest.approx([4.0, 3.5, 3.2, 3.3, 5.0])
     assert r["sensitivity"] == pytest.approx((0.8 + 0.3 + 0.0 + 0.1 + 1.8) / 5)
@@ -199,8 +204,7 @@ def test_best_at_either_edge():
 
 
 def test_higher_is_better_picks_the_highest_mean():
-    r = stats.analyse_curve(_curve(LR, [10.0, 20.0, 25.0, 24.0, 5.0]), tolerance=2.0, cap=0.0,
-                            lower_is_better=False)
+    r = stats.analyse_curve(_curve(LR, [10.0, 20.0, 25.0, 24.0, 5.0]), tolerance=2.0, cap=0.0, lower_is_better=False)
     assert r["best"] == 1e-3 and r["stable"] == [1e-3, 3e-3] and r["best_at_edge"] is False
 
 
@@ -208,8 +212,10 @@ def test_ties_pick_the_lower_value():
     r = stats.analyse_curve(_curve(LR, [4.0, 3.2, 3.5, 3.2, 4.0]), tolerance=0.1, cap=6.0)
     assert r["best"] == 3e-4
     # Scores in another order with the same mean are still a tie (the mean must not depend on the order).
-    pts = [{"value": 1, "scores": [0.3, 0.1, 0.2], "ok": [True] * 3},
-           {"value": 2, "scores": [0.1, 0.2, 0.3], "ok": [True] * 3}]
+    pts = [
+        {"value": 1, "scores": [0.3, 0.1, 0.2], "ok": [True] * 3},
+        {"value": 2, "scores": [0.1, 0.2, 0.3], "ok": [True] * 3},
+    ]
     assert stats.analyse_curve(pts, tolerance=0.1, cap=6.0)["best"] == 1
 
 
@@ -274,7 +280,7 @@ FLOPS = [1e12, 1e13, 1e14, 1e15]
 
 
 def _law(c, a=50.0, alpha=0.1):
-    return a * c ** -alpha
+    return a * c**-alpha
 
 
 def test_fit_power_law_recovers_exact_parameters():

@@ -1,4 +1,5 @@
 """blocklab.tokens: the special tokens' one home agrees with the tokenizer and the models that use it."""
+
 from blocklab import tokens
 from blocklab.data import IGNORE_INDEX, SPECIAL_TOKENS
 from blocklab.data.tokenizer import special_ids, train_tokenizer

@@ -1,4 +1,5 @@
 """blocklab: build, train and diagnose Transformer blocks (Post-LN, Pre-LN, parallel, SAS, SAS-P)."""
+
 from blocklab.blocks import BLOCKS
 from blocklab.config import ModelConfig
 from blocklab.model import ModelOutput, build_model, param_groups

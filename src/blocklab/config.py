@@ -1,4 +1,5 @@
 """ModelConfig: every architectural choice, validated at construction (SPEC.md section 4)."""
+
 from __future__ import annotations
 
 import functools
@@ -19,9 +20,16 @@ POOLINGS = ("first", "mean")
 def model_choices() -> dict[str, tuple[str, ...]]:
     """The valid values of every ModelConfig field that takes one of a list (for --help); blocks as
     registered when called."""
-    return {"block": tuple(b for b, s in REGISTRY.items() if s.public), "task": TASKS, "norm": NORMS,
-            "activation": ACTIVATIONS, "init": INITS, "attn_impl": ATTN_IMPLS, "positions": POSITIONS,
-            "pooling": POOLINGS}
+    return {
+        "block": tuple(b for b, s in REGISTRY.items() if s.public),
+        "task": TASKS,
+        "norm": NORMS,
+        "activation": ACTIVATIONS,
+        "init": INITS,
+        "attn_impl": ATTN_IMPLS,
+        "positions": POSITIONS,
+        "pooling": POOLINGS,
+    }
 
 
 def reject_unknown(cls):
@@ -32,8 +40,9 @@ def reject_unknown(cls):
     def __init__(self, *args, **kwargs):
         unknown = [k for k in kwargs if k not in names]
         if unknown:
-            raise ValueError(f"{unknown[0]}={kwargs[unknown[0]]!r} is not a {cls.__name__} option; "
-                             f"choose among: {', '.join(names)}")
+            raise ValueError(
+                f"{unknown[0]}={kwargs[unknown[0]]!r} is not a {cls.__name__} option; choose among: {', '.join(names)}"
+            )
         init(self, *args, **kwargs)
 
     cls.__init__ = __init__
@@ -57,7 +66,7 @@ class ModelConfig:
     attn_impl: str = "auto"  # auto: the measured default per device type, attention.modules.AUTO_IMPL
     beta_ff: float | None = None  # None: the block's default (0.1 where the block has beta_FF)
     beta_sa: float | None = None  # None: 1.0 (sas-p family only)
-    beta_v: float = 0.2           # shaped-vp: initial beta_V of W = alpha_V I + beta_V dW
+    beta_v: float = 0.2  # shaped-vp: initial beta_V of W = alpha_V I + beta_V dW
     positions: str = "learned"
     tie_embeddings: bool = True
     mlp_bias: bool = False
@@ -106,18 +115,24 @@ class ModelConfig:
         for option, used in (("dyt", self.norm == "dyt"), ("qk_norm", self.qk_norm is True)):
             if used and option not in spec.options:
                 value = "norm='dyt'" if option == "dyt" else "qk_norm=True"
-                raise ValueError(f"{value} does not apply to block {self.block!r}; it applies to: "
-                                 f"{', '.join(b for b, s in REGISTRY.items() if option in s.options)}")
+                raise ValueError(
+                    f"{value} does not apply to block {self.block!r}; it applies to: "
+                    f"{', '.join(b for b, s in REGISTRY.items() if option in s.options)}"
+                )
         if self.dropout and not spec.dropout:
-            raise ValueError(f"dropout={self.dropout!r} does not apply to block {self.block!r}; "
-                             f"it applies to: {', '.join(b for b, s in REGISTRY.items() if s.dropout)}")
+            raise ValueError(
+                f"dropout={self.dropout!r} does not apply to block {self.block!r}; "
+                f"it applies to: {', '.join(b for b, s in REGISTRY.items() if s.dropout)}"
+            )
         if self.n_decoder_layers is not None:
             positive("n_decoder_layers", self.n_decoder_layers)
             if self.task != "translation":
                 raise ValueError(f"n_decoder_layers={self.n_decoder_layers!r} applies to task='translation' only")
         if self.task not in spec.tasks:
-            raise ValueError(f"block={self.block!r} is not offered for task={self.task!r}; "
-                             f"choose one of: {', '.join(b for b, s in REGISTRY.items() if self.task in s.tasks)}")
+            raise ValueError(
+                f"block={self.block!r} is not offered for task={self.task!r}; "
+                f"choose one of: {', '.join(b for b, s in REGISTRY.items() if self.task in s.tasks)}"
+            )
         for name, default in (("beta_ff", spec.beta_ff), ("beta_sa", spec.beta_sa)):
             value = getattr(self, name)
             if value is None:

@@ -1,4 +1,5 @@
 """The small layers every block shares: norms, the MLP and trainable gains."""
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ an override's value for a positional argument); `parse_overrides` turns them int
 {section: {key: value}}, a key's dashes read as underscores. Turning a value into its field's type
 is the caller's (training/config.py `coerce`): this module knows the syntax, not the fields.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,7 +26,7 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     while i < len(argv):
         if is_override(argv[i]):
             n = 1 if "=" in argv[i] else 2  # the value is the next token unless given with '='
-            over += argv[i:i + n]
+            over += argv[i : i + n]
             i += n
         else:
             rest.append(argv[i])

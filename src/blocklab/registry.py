@@ -7,6 +7,7 @@ Adding a block is one class, one `register(...)` on it, and its tests: the confi
 (blocklab.config), the models (model/), the probes' predictions (probes/predictions.py) and the
 report's labels and colours (reporting/) all read the block's spec from `REGISTRY`.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,7 @@ OPTIONS = ("dyt", "qk_norm")
 # The laws of E|x_l|^2 at initialisation that probes/predictions.py knows, by the block shape they follow.
 HIDDEN_NORM_LAWS = {
     "residual": "x + sub-layers on normed inputs: each block adds the MLP's variance and at most the "
-                "attention's (Xiong et al. Lemma 2)",
+    "attention's (Xiong et al. Lemma 2)",
     "unit": "a unit-gain Norm ends every block: d",
     "identity-attention": "attention is the identity at init, then u + beta_FF MLP(Norm(u))",
     "no-skip": "beta_SA Norm(x) + beta_FF MLP(Norm(x)), attention the identity at init",
@@ -48,8 +49,10 @@ _COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
 _SETTING = re.compile(rf"({'|'.join(SECTIONS)})\.[a-z_][a-z0-9_]*")
 # Never part of a recipe: the learning rate is the tuned setting (SPEC section 10: every group at its own
 # best rate), and the block is what the recipe belongs to.
-NOT_RECIPE = {"train.lr": "the learning rate is tuned, never a recipe",
-              "model.block": "a recipe belongs to its block and cannot change it"}
+NOT_RECIPE = {
+    "train.lr": "the learning rate is tuned, never a recipe",
+    "model.block": "a recipe belongs to its block and cannot change it",
+}
 
 
 def _flag(owner: str, field: str, value) -> None:
@@ -85,20 +88,25 @@ class Predictions:
         if self.hidden_norm is not None:
             choice("hidden_norm", self.hidden_norm, tuple(HIDDEN_NORM_LAWS))
         if (self.hidden_norm is None) != (not self.hidden_norm_source):
-            raise ValueError(f"hidden_norm={self.hidden_norm!r} needs a hidden_norm_source, and only it: "
-                             f"got hidden_norm_source={self.hidden_norm_source!r}")
+            raise ValueError(
+                f"hidden_norm={self.hidden_norm!r} needs a hidden_norm_source, and only it: "
+                f"got hidden_norm_source={self.hidden_norm_source!r}"
+            )
         _flag("Predictions", "lemma2_paper", self.lemma2_paper)
         if self.lemma2_paper and self.hidden_norm != "residual":
             raise ValueError(f"lemma2_paper=True needs hidden_norm='residual', not {self.hidden_norm!r}")
-        if self.bounded_update_source is not None and not (isinstance(self.bounded_update_source, str)
-                                                           and self.bounded_update_source.strip()):
+        if self.bounded_update_source is not None and not (
+            isinstance(self.bounded_update_source, str) and self.bounded_update_source.strip()
+        ):
             raise ValueError(f"bounded_update_source={self.bounded_update_source!r} is not valid; give a sentence")
         slope = self.last_ffn_slope
         if slope is not None and (isinstance(slope, bool) or not isinstance(slope, (int, float))):
             raise ValueError(f"last_ffn_slope={slope!r} is not valid; it must be a number or None")
         if (slope is None) != (not self.last_ffn_source):
-            raise ValueError(f"last_ffn_slope={slope!r} needs a last_ffn_source, and only it: "
-                             f"got last_ffn_source={self.last_ffn_source!r}")
+            raise ValueError(
+                f"last_ffn_slope={slope!r} needs a last_ffn_source, and only it: "
+                f"got last_ffn_source={self.last_ffn_source!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -171,8 +179,10 @@ class BlockSpec:
         for t in tasks:
             choice("tasks", t, TASKS)
         if ("translation" in tasks) != (self.decoder is not None):
-            raise ValueError(f"BlockSpec tasks={tuple(tasks)!r} with decoder={self.decoder!r}: 'translation' is "
-                             "offered if and only if the block has a decoder")
+            raise ValueError(
+                f"BlockSpec tasks={tuple(tasks)!r} with decoder={self.decoder!r}: 'translation' is "
+                "offered if and only if the block has a decoder"
+            )
         object.__setattr__(self, "tasks", tuple(tasks))
         if isinstance(self.options, str):
             raise ValueError(f"BlockSpec options={self.options!r} is not valid; give a tuple of: {', '.join(OPTIONS)}")
@@ -186,8 +196,9 @@ class BlockSpec:
         if source is not None and not (isinstance(source, str) and source.strip()):
             raise ValueError(f"BlockSpec recipe_source={source!r} is not valid; name the paper's section or table")
         if bool(self.recipe) != (source is not None):
-            raise ValueError(f"BlockSpec recipe={self.recipe!r} needs a recipe_source, and only it: "
-                             f"got recipe_source={source!r}")
+            raise ValueError(
+                f"BlockSpec recipe={self.recipe!r} needs a recipe_source, and only it: got recipe_source={source!r}"
+            )
 
     @property
     def public(self) -> bool:
@@ -198,22 +209,28 @@ class BlockSpec:
 def _recipe(recipe) -> tuple[tuple[str, object], ...]:
     """Validate a recipe (pairs or a dict) and return it as a tuple of (dotted key, value) pairs."""
     pairs = tuple(recipe.items()) if isinstance(recipe, dict) else recipe
-    if isinstance(pairs, str) or not isinstance(pairs, (tuple, list)) or any(
-            not isinstance(p, (tuple, list)) or len(p) != 2 for p in pairs):
-        raise ValueError(f"BlockSpec recipe={recipe!r} is not valid; give (\"section.option\", value) pairs")
+    if (
+        isinstance(pairs, str)
+        or not isinstance(pairs, (tuple, list))
+        or any(not isinstance(p, (tuple, list)) or len(p) != 2 for p in pairs)
+    ):
+        raise ValueError(f'BlockSpec recipe={recipe!r} is not valid; give ("section.option", value) pairs')
     seen = set()
     for key, value in pairs:
         if not isinstance(key, str) or not _SETTING.fullmatch(key):
-            raise ValueError(f"BlockSpec recipe key {key!r} is not valid; write section.option with section one "
-                             f"of: {', '.join(SECTIONS)}")
+            raise ValueError(
+                f"BlockSpec recipe key {key!r} is not valid; write section.option with section one "
+                f"of: {', '.join(SECTIONS)}"
+            )
         if key in NOT_RECIPE:
             raise ValueError(f"BlockSpec recipe key {key!r} is not valid: {NOT_RECIPE[key]}")
         if key in seen:
             raise ValueError(f"BlockSpec recipe key {key!r} is given twice")
         seen.add(key)
         if not isinstance(value, (bool, int, float, str)) or (isinstance(value, float) and not math.isfinite(value)):
-            raise ValueError(f"BlockSpec recipe {key}={value!r} is not valid; a value is a finite number, a bool "
-                             "or a string")
+            raise ValueError(
+                f"BlockSpec recipe {key}={value!r} is not valid; a value is a finite number, a bool or a string"
+            )
     return tuple((key, value) for key, value in pairs)
 
 

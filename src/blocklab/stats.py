@@ -3,6 +3,7 @@ the verdict, the tuning curve's best value and ranges, and the compute frontier'
 
 Plain functions on lists of floats: no torch, so the sweep's verdicts can be recomputed from stored scores.
 """
+
 from __future__ import annotations
 
 import math
@@ -101,8 +102,9 @@ def holm(pvalues: list[float]) -> list[float]:
     return out
 
 
-def verdict(difference: float, p_holm: float | None, n_a: int, n_b: int, lower_is_better: bool = True,
-            alpha: float = 0.05) -> str:
+def verdict(
+    difference: float, p_holm: float | None, n_a: int, n_b: int, lower_is_better: bool = True, alpha: float = 0.05
+) -> str:
     """The comparison's verdict (SPEC 10): "one seed" when either side has fewer than two seeds; "better" or
     "worse" in the metric's direction when `p_holm < alpha`; else "indistinguishable"."""
     if n_a < 2 or n_b < 2:
@@ -164,8 +166,14 @@ def analyse_curve(points: list[dict], tolerance: float, cap: float, lower_is_bet
     # Numeric grids arrive ascending, so the lowest value is also the first tied one; min() says the rule.
     b = min(tied, key=lambda i: values[i]) if numeric else tied[0]
     best_mean = means[b]
-    out = {"best": values[b], "best_at_edge": None, "stable": None, "trainable": None, "sensitivity": None,
-           "means": means}
+    out = {
+        "best": values[b],
+        "best_at_edge": None,
+        "stable": None,
+        "trainable": None,
+        "sensitivity": None,
+        "means": means,
+    }
 
     # Scores are capped, so "not better than the cap" is "equal to it": every run failed, nothing to rank.
     failed = _same(best_mean, cap) or (best_mean >= cap if lower_is_better else best_mean <= cap)

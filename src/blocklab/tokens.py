@@ -5,6 +5,7 @@ order, so their ids are fixed: <pad> 0, <mask> 1, <eod> 2. <eod> ends every docu
 translation it also ends every sentence and, as in fairseq, starts the decoder's input (EOS_ID
 is the same id under the name the decoder uses). Nothing else may spell these ids as numbers.
 """
+
 from __future__ import annotations
 
 SPECIAL_TOKENS = ("<pad>", "<mask>", "<eod>")

@@ -1,4 +1,5 @@
 """The ValueError shapes every config field uses: the field, the bad value and the valid choices."""
+
 from __future__ import annotations
 
 

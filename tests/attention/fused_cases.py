@@ -1,5 +1,6 @@
 """Shared by the fused-kernel tests: the device the kernel runs on, the float64 reference, inputs,
 masks and tolerances (see test_fused.py's docstring for the method)."""
+
 import functools
 import math
 import os
@@ -95,7 +96,7 @@ def make_mask(kind: str, T: int, device):
     mask = torch.ones(B, T, dtype=torch.long if kind == "right" else torch.bool, device=device)
     for b, n in enumerate((T // 4, (T + 1) // 2)):
         if n:
-            (mask[b, T - n:] if kind == "right" else mask[b, :n]).fill_(0)
+            (mask[b, T - n :] if kind == "right" else mask[b, :n]).fill_(0)
     return mask
 
 
@@ -122,8 +123,8 @@ def reference(q, k, v, alpha, beta, gamma, causal, key_mask):
     """
     q, k, v = (t.double() for t in (q, k, v))
     T, D = q.shape[-2:]
-    ok = allowed(T, causal, key_mask, q.device)                    # (B|1, 1, T, T)
-    seen = ok.any(-1, keepdim=True)                                 # rows with at least one key
+    ok = allowed(T, causal, key_mask, q.device)  # (B|1, 1, T, T)
+    seen = ok.any(-1, keepdim=True)  # rows with at least one key
     s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
     s = s.masked_fill(~ok, float("-inf")).masked_fill(~seen, 0.0)
     a = s.softmax(-1) * seen

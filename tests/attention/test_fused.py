@@ -15,6 +15,7 @@ to 1) and, by the kernel's contract, a zero row in A: its output is alpha V, wit
 Errors are measured per tensor (the output and the gradient of every input) as
 max|got - ref| / max(1, max|ref|); the tolerances are in `tolerance` with their reasons.
 """
+
 import itertools
 
 import pytest
@@ -54,8 +55,11 @@ def test_reference_is_the_materialised_and_the_sdpa_formula(device, causal, mask
     mask = make_mask(mask_kind, T, device)
     ref = reference(q, k, v, a, b, g, causal, mask)
     gv = lambda x: x.view(1, -1, 1, 1)  # noqa: E731
-    mat = (gv(a) * torch.eye(T, dtype=torch.float64, device=device) + gv(b) * attention_matrix(q, k, causal, mask)
-           - gv(g) * centring_matrix(T, causal, mask, device, torch.float64)) @ v
+    mat = (
+        gv(a) * torch.eye(T, dtype=torch.float64, device=device)
+        + gv(b) * attention_matrix(q, k, causal, mask)
+        - gv(g) * centring_matrix(T, causal, mask, device, torch.float64)
+    ) @ v
     sdpa = gv(a) * v + gv(b) * softmax_attention(q, k, v, causal, mask, "sdpa") - gv(g) * centred_mean(v, causal, mask)
     seen = allowed(T, causal, mask, device).any(-1).expand(B, H, T)
     assert (~seen).any() == (causal and mask_kind == "left")  # the no-key rows are where they should be
@@ -119,8 +123,9 @@ def test_rows_that_see_no_key_are_alpha_v_and_finite(device, dt, causal, pads):
     for i, n in enumerate(pads):
         mask[i, :n] = False
     tol = tolerance({dtype}, device)
-    out, grads = assert_matches_reference(kernel_args, [q, k, v, a, b, g], "q k v alpha beta gamma".split(),
-                                          causal, mask, tol)
+    out, grads = assert_matches_reference(
+        kernel_args, [q, k, v, a, b, g], "q k v alpha beta gamma".split(), causal, mask, tol
+    )
     assert out.isfinite().all() and all(x.isfinite().all() for x in grads)
     no_key = ~allowed(T, causal, mask, device).any(-1).expand(B, H, T)
     assert no_key.sum() == H * (pads[0] + pads[1] if causal else T)
@@ -144,12 +149,13 @@ def test_non_contiguous_inputs(device, layout, causal):
         leaves = [randn(B, T, 3 * H * D, seed=0, device=device).requires_grad_()]
 
         def views(x, *gains):
-            return (*(x[..., i * H * D:(i + 1) * H * D].view(B, T, H, D).transpose(1, 2) for i in range(3)), *gains)
+            return (*(x[..., i * H * D : (i + 1) * H * D].view(B, T, H, D).transpose(1, 2) for i in range(3)), *gains)
     else:
         leaves = [randn(B, H, T, 2 * D, seed=i, device=device).requires_grad_() for i in range(3)]
 
         def views(xq, xk, xv, *gains):
             return (xq[..., ::2], xk[..., 1::2], xv[..., ::2], *gains)
+
     _, gains = make_inputs(1, D, device)
     leaves += gains
     names = [f"x{i}" for i in range(len(leaves) - 3)] + ["alpha", "beta", "gamma"]
@@ -160,8 +166,8 @@ def test_non_contiguous_inputs(device, layout, causal):
 
 QKV_GAIN_DTYPES = {
     "all-fp32": (torch.float32, torch.float32, torch.float32),
-    "all-bf16": (torch.bfloat16, torch.bfloat16, torch.bfloat16),        # a model cast to bf16
-    "qk-bf16-v-fp32": (torch.bfloat16, torch.float32, torch.float32),    # SAS under autocast: V = Norm(x)
+    "all-bf16": (torch.bfloat16, torch.bfloat16, torch.bfloat16),  # a model cast to bf16
+    "qk-bf16-v-fp32": (torch.bfloat16, torch.float32, torch.float32),  # SAS under autocast: V = Norm(x)
     "qkv-bf16-gains-fp32": (torch.bfloat16, torch.bfloat16, torch.float32),  # v-skipinit under autocast
 }
 
@@ -198,8 +204,14 @@ def test_mixed_dtypes_match_float64_reference(device, combo):
     skip_unless_runs(dtypes)
     T = 300 if CUDA else 48
     leaves = _mixed_inputs(combo, T, 64, device)
-    assert_matches_reference(kernel_args, leaves, "q k v alpha beta gamma".split(), True,
-                             make_mask("right", T, device), tolerance(dtypes, device))
+    assert_matches_reference(
+        kernel_args,
+        leaves,
+        "q k v alpha beta gamma".split(),
+        True,
+        make_mask("right", T, device),
+        tolerance(dtypes, device),
+    )
 
 
 @needs_cuda
@@ -222,8 +234,9 @@ def test_centring_term_is_computed_not_dropped(device):
     T = 40
     (q, k, v), (a, b, g) = make_inputs(T, 32, device)
     with torch.no_grad():
-        diff = (fused_shaped_attention(q, k, v, a, b, None, True, None)
-                - fused_shaped_attention(q, k, v, a, b, g, True, None))
+        diff = fused_shaped_attention(q, k, v, a, b, None, True, None) - fused_shaped_attention(
+            q, k, v, a, b, g, True, None
+        )
         want = g.double().view(1, -1, 1, 1) * (centring_matrix(T, True, None, device, torch.float64) @ v.double())
     assert rel_err(diff, want) <= tolerance({torch.float32}, device)
 

@@ -6,6 +6,7 @@ once and indexed by key tile, a smaller candidate tile left slots that the chose
 overwrote, and on an H100 the first call at T=300 had those gradients off by up to 0.56. Here
 every buffer the launcher allocates starts as NaN; an element no kernel writes then shows.
 """
+
 import pytest
 import torch
 
@@ -13,8 +14,10 @@ from blocklab.attention import fused
 from blocklab.attention.fused import fused_shaped_attention, unavailable_reason
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(unavailable_reason(torch.device(DEVICE)) is not None,
-                                reason="the fused kernel needs CUDA or TRITON_INTERPRET=1 with triton installed")
+pytestmark = pytest.mark.skipif(
+    unavailable_reason(torch.device(DEVICE)) is not None,
+    reason="the fused kernel needs CUDA or TRITON_INTERPRET=1 with triton installed",
+)
 
 
 def _grads(causal, mask):
@@ -40,6 +43,7 @@ def test_outputs_do_not_depend_on_what_the_buffers_held(monkeypatch, causal, pad
         def fill(*a, **kw):
             t = make(*a, **kw)
             return t.fill_(float("nan")) if t.is_floating_point() else t  # the kernels' buffers are float
+
         return fill
 
     for name in ("new_empty", "new_zeros"):
@@ -77,14 +81,16 @@ def reference_grads(T, causal, padded):
     mask = None
     if padded:
         mask = torch.ones(B, T, dtype=torch.bool, device=DEVICE)
-        mask[1, T // 3:] = False
+        mask[1, T // 3 :] = False
     low = [t.to(dt).requires_grad_() for t, dt in zip(x64 + g64, [torch.bfloat16] * 2 + [torch.float32] * 4)]
     ref = [t.clone().requires_grad_() for t in x64 + g64]
     out = fused_shaped_attention(*low, causal, mask)
     q, k, v, a, b, c = ref
-    m = (a.view(1, H, 1, 1) * torch.eye(T, dtype=torch.float64, device=DEVICE)
-         + b.view(1, H, 1, 1) * attention_matrix(q, k, causal, mask)
-         - c.view(1, H, 1, 1) * centring_matrix(T, causal, mask, DEVICE, torch.float64))
+    m = (
+        a.view(1, H, 1, 1) * torch.eye(T, dtype=torch.float64, device=DEVICE)
+        + b.view(1, H, 1, 1) * attention_matrix(q, k, causal, mask)
+        - c.view(1, H, 1, 1) * centring_matrix(T, causal, mask, DEVICE, torch.float64)
+    )
     want = m @ v
     grad_out = torch.randn(want.shape, generator=g, dtype=torch.float64).to(DEVICE)
     got = (out.detach(), *torch.autograd.grad(out, low, grad_out.to(out.dtype)))
@@ -102,7 +108,8 @@ def test_autotuned_first_call_is_correct():
 
     env = {k: v for k, v in os.environ.items() if k != "BLOCKLAB_FUSED_AUTOTUNE"}
     root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-c", AUTOTUNED_FIRST_CALL], capture_output=True, text=True, env=env,
-                       cwd=root, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-c", AUTOTUNED_FIRST_CALL], capture_output=True, text=True, env=env, cwd=root, timeout=900
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert float(r.stdout.split()[-1]) < 3e-2

@@ -1,6 +1,7 @@
 """The fused shaped attention inside models: whole models against the float64 reference, dtypes
 under autocast, a compiled block, the clear error where it cannot run, and its lowering to H100
 binaries. Method and tolerances as in test_fused.py."""
+
 import os
 import subprocess
 import sys
@@ -119,6 +120,7 @@ def test_compiled_block_equals_eager(device, task):
 
 # ---------------------------------------------------------------------------------------------------
 # Where the kernel cannot run, the default, and the lowering to H100 binaries
+
 
 def test_fused_on_cpu_without_the_interpreter_is_one_clear_error(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)

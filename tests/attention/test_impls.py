@@ -3,6 +3,7 @@
 float64 shows the two formulas are the same function (agreement to 1e-9); float32 shows
 the default dtype stays within rounding relative to each tensor's scale.
 """
+
 import pytest
 import torch
 
@@ -96,7 +97,7 @@ def _reference(m, x, memory, key_mask, causal):
     q = (x @ m.q.weight.t()).view(B, T, H, dh).transpose(1, 2)
     k = (memory @ m.k.weight.t()).view(B, S, H, dh).transpose(1, 2)
     v = (memory @ m.v.weight.t()).view(B, S, H, dh).transpose(1, 2)
-    scores = q @ k.transpose(-2, -1) / dh ** 0.5
+    scores = q @ k.transpose(-2, -1) / dh**0.5
     ok = torch.ones(B, 1, T, S, dtype=torch.bool)
     if key_mask is not None:
         ok = ok & key_mask.bool()[:, None, None, :]
@@ -135,7 +136,7 @@ def test_incremental_decoding_equals_the_full_causal_pass(impl):
     full = m(x)
     assert close(full, _reference(m, x, x, None, causal=True), 1e-9)
     cache = KVCache()
-    steps = [m(x[:, t:t + 1], kv=cache.append(*m.keys_values(x[:, t:t + 1]))) for t in range(4)]
+    steps = [m(x[:, t : t + 1], kv=cache.append(*m.keys_values(x[:, t : t + 1]))) for t in range(4)]
     steps.append(m(x[:, 4:], kv=cache.append(*m.keys_values(x[:, 4:]))))  # 5 new queries, 9 keys
     assert cache.k.shape[2] == 9
     assert close(torch.cat(steps, 1), full, 1e-9)

@@ -1,4 +1,5 @@
 """Which attention path runs: "auto" per device type, and what a model reports it ran."""
+
 import pytest
 import torch
 
@@ -32,11 +33,17 @@ def test_auto_falls_back_to_sdpa_where_the_kernel_cannot_run(monkeypatch):
     assert resolve_impl("auto", torch.device("cuda"), torch.bfloat16) == "sdpa"
 
 
-@pytest.mark.parametrize("block,impl,expected", [
-    ("sas-p", "auto", "sdpa"), ("sas-p", "materialized", "materialized"), ("sas", "fused", "fused"),
-    ("pre-ln", "fused", "sdpa"),  # softmax attention has no gains to fuse: SDPA's own kernels run
-    ("pre-ln", "materialized", "materialized"), ("post-ln", "auto", "sdpa"),
-])
+@pytest.mark.parametrize(
+    "block,impl,expected",
+    [
+        ("sas-p", "auto", "sdpa"),
+        ("sas-p", "materialized", "materialized"),
+        ("sas", "fused", "fused"),
+        ("pre-ln", "fused", "sdpa"),  # softmax attention has no gains to fuse: SDPA's own kernels run
+        ("pre-ln", "materialized", "materialized"),
+        ("post-ln", "auto", "sdpa"),
+    ],
+)
 def test_attention_path_names_what_the_model_runs(block, impl, expected):
     model = build_model(small_cfg(block, attn_impl=impl))
     assert attention_path(model, torch.device("cpu")) == expected

@@ -1,5 +1,6 @@
 """`blocklab check`: correct paths pass, broken ones are reported WRONG (forward or gradient alone),
 unavailable ones are named, and the command's exit status and refusals. Tiny shapes, no timed assertions."""
+
 import json
 
 import pytest
@@ -35,11 +36,15 @@ def test_sdpa_and_materialized_are_correct_on_cpu_and_timed():
         assert entry["status"] == "correct", entry.get("reason")
         assert entry["verdict"].startswith(f"{name}: correct (max rel err fp32 fwd ")
         records = entry["correctness"]["records"]
-        assert {(r["dtype"], r["case"]) for r in records} == {(d, c) for d in ("float32", "bfloat16")
-                                                              for c in ("causal", "padded")}
+        assert {(r["dtype"], r["case"]) for r in records} == {
+            (d, c) for d in ("float32", "bfloat16") for c in ("causal", "padded")
+        }
         grads = {k for r in records for k in r["errors"]} - {"out"}
-        assert grads == ({"grad q", "grad k", "grad v", "grad alpha", "grad beta", "grad gamma"}
-                         if entry["kind"] == "shaped" else {"grad q", "grad k", "grad v"})
+        assert grads == (
+            {"grad q", "grad k", "grad v", "grad alpha", "grad beta", "grad gamma"}
+            if entry["kind"] == "shaped"
+            else {"grad q", "grad k", "grad v"}
+        )
         fp32 = [e for r in records if r["dtype"] == "float32" for e in r["errors"].values()]
         assert max(fp32) < 1e-5  # far inside the tolerance: the reference and the inputs are the same values
         assert entry["speed"]["32"]["ms"] > 0
@@ -64,6 +69,7 @@ def test_a_wrong_gradient_alone_is_caught(monkeypatch):
 
     def grad_k_off(q, k, v, causal, key_mask=None, impl="sdpa"):
         return real(q, 1.5 * k - 0.5 * k.detach(), v, causal, key_mask, impl)
+
     monkeypatch.setattr(modules, "softmax_attention", grad_k_off)
     result = tiny(["sdpa", "materialized"])
     sdpa = result["paths"]["sdpa"]
@@ -75,10 +81,12 @@ def test_a_wrong_gradient_alone_is_caught(monkeypatch):
 def test_a_crashing_path_is_wrong_not_a_crash(monkeypatch):
     def boom(*args):
         raise RuntimeError("no kernel image is available\nsecond line")
+
     monkeypatch.setitem(PATHS, "sdpa", Path("sdpa", "shaped", boom, "sdpa", False))
     result = tiny(["sdpa", "materialized"])
-    assert result["paths"]["sdpa"]["verdict"] == ("sdpa: WRONG: raised RuntimeError: no kernel image is available "
-                                                  "(float32, T=17, causal)")
+    assert result["paths"]["sdpa"]["verdict"] == (
+        "sdpa: WRONG: raised RuntimeError: no kernel image is available (float32, T=17, causal)"
+    )
 
 
 def test_fused_is_unavailable_with_its_reason_without_the_interpreter(monkeypatch):
@@ -89,8 +97,10 @@ def test_fused_is_unavailable_with_its_reason_without_the_interpreter(monkeypatc
     assert fused["verdict"].startswith("fused: unavailable: ") and "fused" not in result["timing"]["32"]
 
 
-@pytest.mark.skipif(torch.cuda.is_available() or check.PATHS["fused"].unavailable(torch.device("cpu")) is not None,
-                    reason="the fused kernel through Triton's interpreter (CPU, TRITON_INTERPRET=1, triton installed)")
+@pytest.mark.skipif(
+    torch.cuda.is_available() or check.PATHS["fused"].unavailable(torch.device("cpu")) is not None,
+    reason="the fused kernel through Triton's interpreter (CPU, TRITON_INTERPRET=1, triton installed)",
+)
 def test_fused_under_the_interpreter_is_checked_at_small_T_and_not_timed():
     result = tiny(["fused", "sdpa"], check_T=(17, 300))
     fused = result["paths"]["fused"]
@@ -102,9 +112,11 @@ def test_fused_under_the_interpreter_is_checked_at_small_T_and_not_timed():
 
 def test_auto_warns_when_another_correct_path_is_faster():
     speed = lambda ms: {"32": {"ms": ms}}  # noqa: E731
-    paths = {"sdpa": {"kind": "shaped", "status": "correct", "speed": speed(10.0)},
-             "materialized": {"kind": "shaped", "status": "correct", "speed": speed(5.0)},
-             "mha-sdpa": {"kind": "softmax", "status": "correct", "speed": speed(1.0)}}
+    paths = {
+        "sdpa": {"kind": "shaped", "status": "correct", "speed": speed(10.0)},
+        "materialized": {"kind": "shaped", "status": "correct", "speed": speed(5.0)},
+        "mha-sdpa": {"kind": "softmax", "status": "correct", "speed": speed(1.0)},
+    }
     line, warns = check._auto_line("cpu", paths, [32])
     assert warns and "slower than materialized at T=32 (2.00x)" in line
     paths["materialized"]["speed"] = speed(9.5)  # within 10%: no warning
@@ -112,6 +124,7 @@ def test_auto_warns_when_another_correct_path_is_faster():
 
 
 # The command: exit status, stdout/stderr, refusals.
+
 
 def test_cli_exit_1_and_a_table_when_a_path_is_wrong(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(check, "PATHS", {n: PATHS[n] for n in ("sdpa", "materialized")})
@@ -139,10 +152,15 @@ def test_cli_cuda_without_a_gpu_is_one_line(capsys):
     assert cap.err.count("\n") == 1 and "no CUDA device" in cap.err
 
 
-@pytest.mark.parametrize("argv,message", [(["--shapes", "12x"], "--shapes '12x' is not an integer"),
-                                          (["--shapes", ","], "--shapes is empty"),
-                                          (["--reps", "0"], "--reps must be at least 1"),
-                                          (["--device", "tpu"], "--device 'tpu' is not valid")])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--shapes", "12x"], "--shapes '12x' is not an integer"),
+        (["--shapes", ","], "--shapes is empty"),
+        (["--reps", "0"], "--reps must be at least 1"),
+        (["--device", "tpu"], "--device 'tpu' is not valid"),
+    ],
+)
 def test_cli_bad_options_are_one_line(argv, message, capsys):
     assert main(["check", "--device", "cpu", *argv]) == 2
     err = capsys.readouterr().err

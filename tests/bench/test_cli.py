@@ -1,4 +1,5 @@
 """`blocklab bench` end to end at a tiny shape, its table and JSON, and its refusals. No timed assertions."""
+
 import argparse
 import json
 
@@ -10,8 +11,20 @@ from blocklab.cli import bench as cli
 from blocklab.errors import UserError
 
 TINY = "d=32,heads=4,ff=64,T=16,layers=2,vocab=64,batch=2"
-ROW_FIELDS = {"label", "block", "precision", "compile", "attn_impl", "params", "step_flops", "timing", "tokens_per_s",
-              "mfu", "peak_memory_bytes", "achieved_flops_per_s"}
+ROW_FIELDS = {
+    "label",
+    "block",
+    "precision",
+    "compile",
+    "attn_impl",
+    "params",
+    "step_flops",
+    "timing",
+    "tokens_per_s",
+    "mfu",
+    "peak_memory_bytes",
+    "achieved_flops_per_s",
+}
 
 
 def parse(*argv):
@@ -36,14 +49,32 @@ def one_thread():
 @pytest.fixture
 def fake_memory(monkeypatch):
     """Stand-in for the per-variant memory processes (the worker has its own test)."""
-    monkeypatch.setattr(runner, "variant_memory", lambda shape, v, device, adamw: {"peak_bytes": 1000 + len(v.block),
-                                                                            "method": "fake"})
+    monkeypatch.setattr(
+        runner, "variant_memory", lambda shape, v, device, adamw: {"peak_bytes": 1000 + len(v.block), "method": "fake"}
+    )
 
 
 def test_cli_runs_a_tiny_shape_end_to_end_and_writes_json(tmp_path, capsys, fake_memory):
     out = tmp_path / "bench.json"
-    assert run("--blocks", "pre-ln,sas,sas-p", "--shape", TINY, "--reps", "2", "--warmup", "1",
-               "--peak-size", "64", "--device", "cpu", "--json", str(out)) == 0
+    assert (
+        run(
+            "--blocks",
+            "pre-ln,sas,sas-p",
+            "--shape",
+            TINY,
+            "--reps",
+            "2",
+            "--warmup",
+            "1",
+            "--peak-size",
+            "64",
+            "--device",
+            "cpu",
+            "--json",
+            str(out),
+        )
+        == 0
+    )
     stdout = capsys.readouterr().out
     for block in ("pre-ln", "sas", "sas-p"):
         assert f"{block} fp32 eager" in stdout
@@ -66,8 +97,25 @@ def test_cli_runs_a_tiny_shape_end_to_end_and_writes_json(tmp_path, capsys, fake
 
 
 def test_extra_variants_are_compared_with_their_fp32_eager_baseline(capsys, fake_memory):
-    assert run("--blocks", "pre-ln,sas-p", "--shape", TINY, "--reps", "1", "--warmup", "0", "--peak-size", "32",
-               "--device", "cpu", "--extra", "sas-p:bf16") == 0
+    assert (
+        run(
+            "--blocks",
+            "pre-ln,sas-p",
+            "--shape",
+            TINY,
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--peak-size",
+            "32",
+            "--device",
+            "cpu",
+            "--extra",
+            "sas-p:bf16",
+        )
+        == 0
+    )
     stdout = capsys.readouterr().out
     assert "sas-p bf16 eager" in stdout and "tokens/s speedup" in stdout
 
@@ -76,33 +124,47 @@ def test_help_documents_every_option_with_its_default(capsys):
     with pytest.raises(SystemExit):
         parse("--help")
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    for option in ("--blocks", "--shape", "--precision", "--compile", "--reps", "--warmup", "--memory-scaling",
-                   "--json", "--device", "--extra", "--vs-fp32-eager"):
+    for option in (
+        "--blocks",
+        "--shape",
+        "--precision",
+        "--compile",
+        "--reps",
+        "--warmup",
+        "--memory-scaling",
+        "--json",
+        "--device",
+        "--extra",
+        "--vs-fp32-eager",
+    ):
         assert option in text
     assert "default: 5" in text and "pre-ln,sas,sas-p" in text
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--blocks", "pre-ln,nope"], "unknown block 'nope'"),
-    (["--blocks", "pre-ln,pre-ln"], "listed twice"),
-    (["--blocks", ""], "--blocks is empty"),
-    (["--shape", "d=768,wings=2"], "wings=2"),
-    (["--shape", "d=abc"], "not an integer"),
-    (["--shape", "d=100,heads=12"], "not divisible"),
-    (["--shape", "T=0"], "must be positive"),
-    (["--shape", "huge"], "unknown named shape"),
-    (["--precision", "fp16", "--device", "cpu"], "fp16 is refused on CPU"),
-    (["--precision", "fp8"], "choose one of"),
-    (["--reps", "0"], "--reps must be at least 1"),
-    (["--warmup", "x"], "not an integer"),
-    (["--attn-impl", "flash"], "--attn-impl"),
-    (["--memory-scaling", "512,-1"], "must be positive"),
-    (["--extra", "sas-p:fast"], "'fast'"),
-    (["--blocks", "sas-p", "--extra", "sas-p:fp32"], "listed twice"),
-    (["--scaling-only"], "--scaling-only needs --memory-scaling"),
-    (["--device", "tpu"], "--device 'tpu'"),
-    (["--adamw", "sgd"], "--adamw 'sgd'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--blocks", "pre-ln,nope"], "unknown block 'nope'"),
+        (["--blocks", "pre-ln,pre-ln"], "listed twice"),
+        (["--blocks", ""], "--blocks is empty"),
+        (["--shape", "d=768,wings=2"], "wings=2"),
+        (["--shape", "d=abc"], "not an integer"),
+        (["--shape", "d=100,heads=12"], "not divisible"),
+        (["--shape", "T=0"], "must be positive"),
+        (["--shape", "huge"], "unknown named shape"),
+        (["--precision", "fp16", "--device", "cpu"], "fp16 is refused on CPU"),
+        (["--precision", "fp8"], "choose one of"),
+        (["--reps", "0"], "--reps must be at least 1"),
+        (["--warmup", "x"], "not an integer"),
+        (["--attn-impl", "flash"], "--attn-impl"),
+        (["--memory-scaling", "512,-1"], "must be positive"),
+        (["--extra", "sas-p:fast"], "'fast'"),
+        (["--blocks", "sas-p", "--extra", "sas-p:fp32"], "listed twice"),
+        (["--scaling-only"], "--scaling-only needs --memory-scaling"),
+        (["--device", "tpu"], "--device 'tpu'"),
+        (["--adamw", "sgd"], "--adamw 'sgd'"),
+    ],
+)
 def test_bad_input_is_one_line_user_error(argv, message):
     with pytest.raises(UserError) as e:
         run(*argv)

@@ -1,4 +1,5 @@
 """FLOP counting: FlopCounterMode on a full forward + backward, CPU attention kernels included."""
+
 import pytest
 import torch
 import torch.nn as nn
@@ -45,8 +46,11 @@ def test_flops_ceiling_at_the_issue_shape_is_about_1_17():
     flops = {}
     for block in ("pre-ln", "sas-p"):
         with torch.device("meta"):  # shapes only: no memory, no arithmetic
-            model = build_model(ModelConfig(block=block, vocab_size=2048, d_model=768, n_layers=6, n_heads=12,
-                                            d_ff=3072, max_seq_len=128))
+            model = build_model(
+                ModelConfig(
+                    block=block, vocab_size=2048, d_model=768, n_layers=6, n_heads=12, d_ff=3072, max_seq_len=128
+                )
+            )
             x = torch.zeros(8, 128, dtype=torch.long)
         flops[block], _ = count_flops(lambda model=model, x=x: model(x, labels=x).loss.backward())
     assert flops["pre-ln"] / flops["sas-p"] == pytest.approx(1.17, abs=0.005)

@@ -1,4 +1,5 @@
 """The benchmark's pieces: statistics, round-robin order, ratios, the memory worker and scaling."""
+
 import pytest
 
 from blocklab.bench import memory
@@ -28,13 +29,25 @@ def test_variants_are_interleaved_with_rotating_order():
 
 
 def row(block, mode, tps, flops, mem=None):
-    return {"label": f"{block} {mode}", "block": block, "mode": mode, "attn_impl": "sdpa", "tokens_per_s": tps,
-            "step_flops": flops, "params": flops // 10, "peak_memory_bytes": mem}
+    return {
+        "label": f"{block} {mode}",
+        "block": block,
+        "mode": mode,
+        "attn_impl": "sdpa",
+        "tokens_per_s": tps,
+        "step_flops": flops,
+        "params": flops // 10,
+        "peak_memory_bytes": mem,
+    }
 
 
 def test_ratios_against_the_reference_and_against_fp32_eager():
-    rows = [row("pre-ln", "fp32 eager", 100.0, 117, 200), row("sas-p", "fp32 eager", 113.0, 100, 150),
-            row("pre-ln", "bf16 compile", 250.0, 117), row("sas-p", "bf16 compile", 280.0, 100)]
+    rows = [
+        row("pre-ln", "fp32 eager", 100.0, 117, 200),
+        row("sas-p", "fp32 eager", 113.0, 100, 150),
+        row("pre-ln", "bf16 compile", 250.0, 117),
+        row("sas-p", "bf16 compile", 280.0, 100),
+    ]
     add_ratios(rows, "pre-ln")
     vs = rows[1]["vs_reference"]
     assert vs["speedup"] == pytest.approx(1.13) and vs["flops_ceiling"] == pytest.approx(1.17)
@@ -57,14 +70,30 @@ def test_memory_scaling_skips_what_would_not_fit(monkeypatch):
     assert [r["T"] for r in rows] == [16, 32, 64]
     assert rows[0]["peak_bytes"] > 0
     assert rows[1]["skipped"].startswith("predicted") and rows[2]["skipped"] == rows[1]["skipped"]
-    text = render_text({"config": {}, "machine": {"cpu": "x", "cpu_count": 1, "cpu_affinity": 1, "torch_threads": 1,
-                                                   "torch": "t", "device": "cpu"}, "rows": [], "memory_scaling": res})
+    text = render_text(
+        {
+            "config": {},
+            "machine": {
+                "cpu": "x",
+                "cpu_count": 1,
+                "cpu_affinity": 1,
+                "torch_threads": 1,
+                "torch": "t",
+                "device": "cpu",
+            },
+            "rows": [],
+            "memory_scaling": res,
+        }
+    )
     assert "skipped" in text and "T=32,64" in text
 
 
 def test_growth_exponents_tell_linear_from_quadratic_memory():
-    rows = [{"block": "b", "attn_impl": impl, "T": T, "peak_bytes": 10_000 + (5 * T * T if impl == "mat" else 7 * T)}
-            for impl in ("mat", "fused") for T in (512, 1024, 2048, 4096)]
+    rows = [
+        {"block": "b", "attn_impl": impl, "T": T, "peak_bytes": 10_000 + (5 * T * T if impl == "mat" else 7 * T)}
+        for impl in ("mat", "fused")
+        for T in (512, 1024, 2048, 4096)
+    ]
     fits = memory.growth_fits(rows)
     assert fits["b [mat]"]["increment_exponent"] == pytest.approx(2.0)
     assert fits["b [fused]"]["increment_exponent"] == pytest.approx(1.0)

@@ -1,4 +1,5 @@
 """Block-level properties of SPEC.md section 2 that must hold."""
+
 import pytest
 import torch
 
@@ -58,8 +59,9 @@ def test_mlm_padding_invariance(block, impl):
 @pytest.mark.parametrize("block", BLOCKS)
 def test_every_block_trains_at_issue_shape(block):
     """Forward and backward at d=256, 6 layers, T=256 on CPU, finite gradients everywhere."""
-    model = build_model(small_cfg(block, d_model=256, n_layers=6, n_heads=4, d_ff=1024, max_seq_len=256,
-                                  vocab_size=512))
+    model = build_model(
+        small_cfg(block, d_model=256, n_layers=6, n_heads=4, d_ff=1024, max_seq_len=256, vocab_size=512)
+    )
     ids = torch.randint(0, 512, (2, 256))
     out = model(ids, labels=ids)
     out.loss.backward()

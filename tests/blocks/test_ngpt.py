@@ -1,4 +1,5 @@
 """nGPT (blocks/ngpt.py): the unit sphere at init and after every step, its scalings and equations."""
+
 import math
 
 import pytest
@@ -38,18 +39,20 @@ def test_ngpt_initial_scalings():
     for b in model.blocks:
         for sc in (b.alpha_a, b.alpha_m):
             assert torch.allclose(sc(), torch.full((d,), 0.05))
-            assert torch.allclose(sc.s, torch.full((d,), d ** -0.5))
+            assert torch.allclose(sc.s, torch.full((d,), d**-0.5))
         assert torch.allclose(b.attn.s_qk(), torch.ones(d))
-        assert torch.allclose(b.attn.s_qk.s, torch.full((d,), d ** -0.5))
+        assert torch.allclose(b.attn.s_qk.s, torch.full((d,), d**-0.5))
         assert torch.allclose(b.mlp.s_uv(), torch.ones(2 * 64)) and torch.allclose(b.mlp.s_uv.s, torch.ones(2 * 64))
-    assert model.s_z.s.shape == (V,) and torch.allclose(model.s_z.s, torch.full((V,), d ** -0.5))
+    assert model.s_z.s.shape == (V,) and torch.allclose(model.s_z.s, torch.full((V,), d**-0.5))
     torch.testing.assert_close(model.head_weight, model.tok.weight)  # s_z = 1: logits = h . e_v
 
 
 def test_ngpt_every_hidden_state_after_block_0_is_on_the_sphere():
     for task in ("clm", "mlm"):
-        for model in (build_model(small_cfg("ngpt", task)),
-                      randomize(build_model(small_cfg("ngpt", task)), seed=10, scale=0.3)):
+        for model in (
+            build_model(small_cfg("ngpt", task)),
+            randomize(build_model(small_cfg("ngpt", task)), seed=10, scale=0.3),
+        ):
             out = model(code_ids(2, 16), output_hidden_states=True)
             assert not _unit(out.hidden_states[0], -1)  # token + position: not yet normalised
             for h in out.hidden_states[1:]:
@@ -88,7 +91,7 @@ def test_ngpt_block_equations():
     torch.testing.assert_close(b(x), want, atol=1e-5, rtol=1e-5)
     # logits: s_z * (h . e_v), s_z stored at 1/sqrt(d) and used times sqrt(d)
     with torch.no_grad():
-        model.s_z.s.copy_(torch.rand(97) * d ** -0.5 * 3)
+        model.s_z.s.copy_(torch.rand(97) * d**-0.5 * 3)
     ids = code_ids(2, T)
     hid = model(ids, output_hidden_states=True)
     logits = hid.hidden_states[-1] @ model.tok.weight.t() * (model.s_z.s * math.sqrt(d))
@@ -143,7 +146,7 @@ def test_ngpt_trainer_keeps_the_matrices_on_the_sphere(tmp_path, overrides):
         assert _unit(state[f"blocks.{i}.attn.proj.weight"], 0), i
         assert _unit(state[f"blocks.{i}.mlp.fc2.weight"], 0), i
     # the s_z / alpha vectors did train (the run is not a no-op)
-    assert not torch.allclose(state["s_z.s"], torch.full_like(state["s_z.s"], 32 ** -0.5))
+    assert not torch.allclose(state["s_z.s"], torch.full_like(state["s_z.s"], 32**-0.5))
 
 
 def test_ngpt_attention_path_is_reported():

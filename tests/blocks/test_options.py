@@ -2,6 +2,7 @@
 qk_norm=True (RMSNorm on each head's queries and keys): what they build, what they compute, that the
 generic properties (causality, padding invariance, sdpa = materialized) still hold with them on, the
 parameter counts, and a short run that learns."""
+
 import math
 
 import pytest
@@ -31,8 +32,9 @@ def paths(model, kinds, skip_qk=True):
 
 def test_dyt_and_qk_norm_apply_to_every_block_with_norms_and_softmax():
     assert {b for b in BLOCKS if "dyt" in REGISTRY[b].options} == set(DYT_BLOCKS)
-    assert {"pre-ln", "post-ln", "parallel", "sas", "sas-p", "deepnorm", "peri-ln", "mix-ln", "lns",
-            "rezero"} <= set(QK_BLOCKS)
+    assert {"pre-ln", "post-ln", "parallel", "sas", "sas-p", "deepnorm", "peri-ln", "mix-ln", "lns", "rezero"} <= set(
+        QK_BLOCKS
+    )
 
 
 @pytest.mark.parametrize("block", DYT_BLOCKS)
@@ -122,7 +124,7 @@ def test_qk_norm_in_both_decoder_attentions():
 
 def _scale_head_rows(lin, head, factor, dh=8):
     with torch.no_grad():
-        lin.weight[head * dh:(head + 1) * dh] *= factor
+        lin.weight[head * dh : (head + 1) * dh] *= factor
 
 
 @pytest.mark.parametrize("which", ["q", "k"])
@@ -257,8 +259,9 @@ def test_mlm_padding_invariance_with_options(block, kw, impl):
 # --------------------------------------------------------------------------------------- parameter counts
 
 
-@pytest.mark.parametrize("block,per_block_norms,final", [("pre-ln", 2, 1), ("sas-p", 1, 1), ("sas", 2, 1),
-                                                         ("post-ln", 2, 0)])
+@pytest.mark.parametrize(
+    "block,per_block_norms,final", [("pre-ln", 2, 1), ("sas-p", 1, 1), ("sas", 2, 1), ("post-ln", 2, 0)]
+)
 @pytest.mark.parametrize("norm,qk", [("dyt", False), ("rmsnorm", True), ("dyt", True)])
 def test_parameter_counts_with_options(block, per_block_norms, final, norm, qk):
     """Each norm of width d: d (RMSNorm) or 2d + 1 (DyT: g, b, a); qk_norm adds 2 d_h per attention."""
@@ -272,8 +275,15 @@ def test_parameter_counts_with_options(block, per_block_norms, final, norm, qk):
 # ------------------------------------------------------------------------------------ short runs learn
 
 
-@pytest.mark.parametrize("block,kw", [("pre-ln", dict(norm="dyt")), ("pre-ln", dict(qk_norm=True)),
-                                      ("sas-p", dict(qk_norm=True)), ("op", dict(norm="dyt"))],
-                         ids=["pre-ln-dyt", "pre-ln-qk_norm", "sas-p-qk_norm", "op-dyt"])
+@pytest.mark.parametrize(
+    "block,kw",
+    [
+        ("pre-ln", dict(norm="dyt")),
+        ("pre-ln", dict(qk_norm=True)),
+        ("sas-p", dict(qk_norm=True)),
+        ("op", dict(norm="dyt")),
+    ],
+    ids=["pre-ln-dyt", "pre-ln-qk_norm", "sas-p-qk_norm", "op-dyt"],
+)
 def test_a_short_run_learns_with_options(block, kw):
     assert_learns(small_cfg(block, **kw))

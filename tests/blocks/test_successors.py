@@ -6,6 +6,7 @@ block in tests/blocks/test_blocks.py and tests/attention/test_impls.py; the opti
 qk_norm=True) are in tests/blocks/test_options.py; DeepNorm's encoder-decoder in
 tests/model/test_deepnorm_translation.py.
 """
+
 import inspect
 import json.decoder
 import math
@@ -30,7 +31,7 @@ def code_ids(B=4, T=24, V=97, offset=0):
     newline -> 95), so the batch has the repetitions and skew of code, not uniform noise."""
     src = inspect.getsource(json.decoder).encode()
     ids = [b - 32 if 32 <= b < 127 else 95 for b in src if b != 13]
-    ids = ids[offset: offset + B * T]
+    ids = ids[offset : offset + B * T]
     return torch.tensor(ids, dtype=torch.long).view(B, T) % V
 
 
@@ -49,7 +50,7 @@ def ms(x):
 def _std_and_kurtosis(ws):
     w = torch.cat([w.detach().flatten() for w in ws]).double()
     std = w.std().item()
-    return std, ((w - w.mean()) ** 4).mean().item() / std ** 4
+    return std, ((w - w.mean()) ** 4).mean().item() / std**4
 
 
 def _xavier_std(lin, gain):
@@ -69,9 +70,12 @@ def test_deepnorm_alpha_and_xavier_normal_gains(task, init):
     for b in model.blocks:
         assert b.alpha == pytest.approx(alpha, rel=1e-12)
     groups = {
-        "q": ([b.attn.q for b in model.blocks], 1.0), "k": ([b.attn.k for b in model.blocks], 1.0),
-        "v": ([b.attn.v for b in model.blocks], beta), "proj": ([b.attn.proj for b in model.blocks], beta),
-        "fc1": ([b.mlp.fc1 for b in model.blocks], beta), "fc2": ([b.mlp.fc2 for b in model.blocks], beta),
+        "q": ([b.attn.q for b in model.blocks], 1.0),
+        "k": ([b.attn.k for b in model.blocks], 1.0),
+        "v": ([b.attn.v for b in model.blocks], beta),
+        "proj": ([b.attn.proj for b in model.blocks], beta),
+        "fc1": ([b.mlp.fc1 for b in model.blocks], beta),
+        "fc2": ([b.mlp.fc2 for b in model.blocks], beta),
     }
     for name, (lins, g) in groups.items():
         std, kurt = _std_and_kurtosis(lin.weight for lin in lins)
@@ -80,7 +84,7 @@ def test_deepnorm_alpha_and_xavier_normal_gains(task, init):
         assert abs(torch.cat([lin.weight.flatten() for lin in lins]).mean().item()) < 0.1 * std
     # the embeddings keep the config's init
     emb_std = model.tok.weight.std().item()
-    assert emb_std == pytest.approx(0.02 if init == "normal" else d ** -0.5, rel=0.05)
+    assert emb_std == pytest.approx(0.02 if init == "normal" else d**-0.5, rel=0.05)
 
 
 def test_deepnorm_block_is_ln_of_alpha_x_plus_sublayer():
@@ -347,8 +351,11 @@ def expected_count(block, norm="rmsnorm"):
         "ngpt": 4 * D * D + 3 * D * FF + D + 2 * FF + 2 * D,  # s_qk, s_u/s_v, alpha_A, alpha_M
     }[block]
     extra = {
-        "pre-ln": n, "mix-ln": n, "lns": n,  # final norm
-        "deepnorm": 0, "rezero": 0,
+        "pre-ln": n,
+        "mix-ln": n,
+        "lns": n,  # final norm
+        "deepnorm": 0,
+        "rezero": 0,
         "peri-ln": 2 * n,  # embedding norm + final norm
         "op": 2 * n,  # block 0's norm + final norm
         "ngpt": V,  # s_z
@@ -365,8 +372,9 @@ def test_parameter_count_closed_form(block):
 @pytest.mark.parametrize("block", ["pre-ln", "deepnorm", "peri-ln", "op", "lns"])
 @pytest.mark.parametrize("norm", ["layernorm", "dyt"])
 def test_parameter_count_with_other_norms(block, norm):
-    model = build_model(small_cfg(block, vocab_size=V, max_seq_len=T, d_model=D, n_layers=L, n_heads=H, d_ff=FF,
-                                  norm=norm))
+    model = build_model(
+        small_cfg(block, vocab_size=V, max_seq_len=T, d_model=D, n_layers=L, n_heads=H, d_ff=FF, norm=norm)
+    )
     assert count_parameters(model) == expected_count(block, norm)
 
 

@@ -1,4 +1,5 @@
 """`blocklab compare` as a user runs it: a tiny tuned sweep end to end, edited sweeps, --list, --seeds, --jobs."""
+
 import json
 
 import pytest
@@ -6,10 +7,37 @@ import pytest
 from blocklab.cli import main
 from blocklab.experiments import build_sweep, run_sweep
 
-SPEC_FIELDS = {"metric", "lower_is_better", "tuned", "reference", "tolerance", "cap", "tuning_runs_reused",
-               "noise_floor", "min_detectable", "groups", "comparisons", "frontier"}
-GROUP_FIELDS = {"label", "settings", "curve", "best", "best_at_edge", "stable", "trainable", "sensitivity", "seeds",
-                "scores", "mean", "sd", "ci95", "n_params", "tokens_per_s"}
+SPEC_FIELDS = {
+    "metric",
+    "lower_is_better",
+    "tuned",
+    "reference",
+    "tolerance",
+    "cap",
+    "tuning_runs_reused",
+    "noise_floor",
+    "min_detectable",
+    "groups",
+    "comparisons",
+    "frontier",
+}
+GROUP_FIELDS = {
+    "label",
+    "settings",
+    "curve",
+    "best",
+    "best_at_edge",
+    "stable",
+    "trainable",
+    "sensitivity",
+    "seeds",
+    "scores",
+    "mean",
+    "sd",
+    "ci95",
+    "n_params",
+    "tokens_per_s",
+}
 
 
 def toml_value(v) -> str:
@@ -21,12 +49,25 @@ def write_sweep(path, overrides, steps=10, values=(1e-3, 1e-2), seeds=(0, 1)):
     for section, values_ in overrides.items():
         lines.append(f"[base.{section}]")
         for k, v in values_.items():
-            if (section, k) not in {("model", "block"), ("train", "lr"), ("train", "steps"), ("train", "eval_every"),
-                                    ("train", "checkpoint_every")}:
+            if (section, k) not in {
+                ("model", "block"),
+                ("train", "lr"),
+                ("train", "steps"),
+                ("train", "eval_every"),
+                ("train", "checkpoint_every"),
+            }:
                 lines.append(f"{k} = {toml_value(v)}")
     lines += [f"steps = {steps}", "eval_every = 100", "checkpoint_every = 100"]
-    lines += ['[[runs]]', 'name = "pre-ln"', 'label = "Pre-LN"', '"model.block" = "pre-ln"',
-              '[[runs]]', 'name = "sas-p"', 'label = "SAS-P"', '"model.block" = "sas-p"']
+    lines += [
+        "[[runs]]",
+        'name = "pre-ln"',
+        'label = "Pre-LN"',
+        '"model.block" = "pre-ln"',
+        "[[runs]]",
+        'name = "sas-p"',
+        'label = "SAS-P"',
+        '"model.block" = "sas-p"',
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -55,26 +96,32 @@ def test_a_tiny_tuned_sweep_writes_verdicts_and_a_report_with_the_sensitivity_fi
 
 
 def test_an_edited_sweep_is_refused_then_rerun_with_rerun_changed(tmp_path, overrides, capsys):
-    spec = {"name": "e", "base": dict(overrides, train=dict(overrides["train"], steps=4, checkpoint_every=100)),
-            "runs": [{"name": "a", "model.block": "pre-ln"}]}
+    spec = {
+        "name": "e",
+        "base": dict(overrides, train=dict(overrides["train"], steps=4, checkpoint_every=100)),
+        "runs": [{"name": "a", "model.block": "pre-ln"}],
+    }
     out = tmp_path / "out"
     run_sweep(build_sweep(spec), out, progress=False, log=lambda *a: None)
     first = json.loads((out / "runs" / "a" / "summary.json").read_text())
     edited = tmp_path / "sweep.toml"
-    edited.write_text('name = "e"\n[base.data]\n' + "".join(f"{k} = {toml_value(v)}\n" for k, v in
-                                                          overrides["data"].items()) +
-                      "[base.model]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in overrides["model"].items()
-                                                 if k != "block") +
-                      "[base.train]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in overrides["train"].items()
-                                                 if k not in ("steps", "checkpoint_every")) +
-                      'steps = 6\ncheckpoint_every = 100\n[[runs]]\nname = "a"\n"model.block" = "pre-ln"\n')
+    edited.write_text(
+        'name = "e"\n[base.data]\n'
+        + "".join(f"{k} = {toml_value(v)}\n" for k, v in overrides["data"].items())
+        + "[base.model]\n"
+        + "".join(f"{k} = {toml_value(v)}\n" for k, v in overrides["model"].items() if k != "block")
+        + "[base.train]\n"
+        + "".join(
+            f"{k} = {toml_value(v)}\n" for k, v in overrides["train"].items() if k not in ("steps", "checkpoint_every")
+        )
+        + 'steps = 6\ncheckpoint_every = 100\n[[runs]]\nname = "a"\n"model.block" = "pre-ln"\n'
+    )
     capsys.readouterr()
     assert main(["compare", str(edited), "--out", str(out), "--no-report", "--jobs", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the sweep's status line: one line
     assert err.startswith("blocklab compare: error:") and "a (train.steps 4 -> 6)" in err and "--rerun-changed" in err
     assert json.loads((out / "runs" / "a" / "summary.json").read_text()) == first  # untouched
-    assert main(["compare", str(edited), "--out", str(out), "--no-report", "--jobs", "1",
-                 "--rerun-changed"]) == 0
+    assert main(["compare", str(edited), "--out", str(out), "--no-report", "--jobs", "1", "--rerun-changed"]) == 0
     assert json.loads((out / "replaced" / "a" / "summary.json").read_text()) == first  # kept, not deleted
     assert json.loads((out / "runs" / "a" / "summary.json").read_text())["step"] == 6
     assert main(["compare", str(edited), "--out", str(out), "--no-report", "--jobs", "1"]) == 0  # same now: kept
@@ -89,13 +136,16 @@ def test_list_needs_no_out_and_shows_tuning_and_final_runs(capsys):
     assert "pre-ln_lr0.001_s6" in out and "final seeds [4, 5]" in out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--seeds", "1,1"], "--seeds '1,1' is not valid"),
-    (["--seeds", "a"], "--seeds 'a' is not valid"),
-    (["--jobs", "0", "--out", "x"], "--jobs 0 is not valid"),
-    ([], "--out DIR is needed"),
-    (["--out", "x", "--train.lr", "0.1"], "--train.lr is the tuned setting"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "1,1"], "--seeds '1,1' is not valid"),
+        (["--seeds", "a"], "--seeds 'a' is not valid"),
+        (["--jobs", "0", "--out", "x"], "--jobs 0 is not valid"),
+        ([], "--out DIR is needed"),
+        (["--out", "x", "--train.lr", "0.1"], "--train.lr is the tuned setting"),
+    ],
+)
 def test_compare_argument_errors_are_one_line(capsys, args, message):
     assert main(["compare", "--preset", "quick", *args]) == 2
     err = capsys.readouterr().err.strip()
@@ -111,9 +161,15 @@ def test_out_must_be_a_writable_folder(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_two_jobs_train_the_same_runs_as_one(tmp_path, overrides):
-    spec = {"name": "j", "base": dict(overrides, train=dict(overrides["train"], steps=6, checkpoint_every=100)),
-            "runs": [{"name": "a", "model.block": "pre-ln"}, {"name": "b", "model.block": "sas-p"},
-                     {"name": "c", "model.block": "post-ln"}]}
+    spec = {
+        "name": "j",
+        "base": dict(overrides, train=dict(overrides["train"], steps=6, checkpoint_every=100)),
+        "runs": [
+            {"name": "a", "model.block": "pre-ln"},
+            {"name": "b", "model.block": "sas-p"},
+            {"name": "c", "model.block": "post-ln"},
+        ],
+    }
     one = run_sweep(build_sweep(spec), tmp_path / "one", progress=False, log=lambda *a: None, jobs=1)
     two = run_sweep(build_sweep(spec), tmp_path / "two", progress=False, log=lambda *a: None, jobs=2)
     for name in "abc":
@@ -166,9 +222,17 @@ def test_the_default_jobs_rule(monkeypatch):
 def test_runs_the_sweep_no_longer_names_are_kept_and_said(tmp_path, overrides):
     base = dict(overrides, train=dict(overrides["train"], steps=2, checkpoint_every=100, eval_every=2))
     out, seen = tmp_path / "out", []
-    run_sweep(build_sweep({"name": "e", "base": base, "runs": [{"name": "old", "model.block": "pre-ln"}]}), out,
-              progress=False, log=lambda *a: None)
-    run_sweep(build_sweep({"name": "e", "base": base, "runs": [{"name": "new", "model.block": "pre-ln"}]}), out,
-              progress=False, log=seen.append)
+    run_sweep(
+        build_sweep({"name": "e", "base": base, "runs": [{"name": "old", "model.block": "pre-ln"}]}),
+        out,
+        progress=False,
+        log=lambda *a: None,
+    )
+    run_sweep(
+        build_sweep({"name": "e", "base": base, "runs": [{"name": "new", "model.block": "pre-ln"}]}),
+        out,
+        progress=False,
+        log=seen.append,
+    )
     assert (out / "runs" / "old" / "summary.json").is_file()  # kept
     assert any("1 run(s)" in s and "(old)" in s and "left out" in s for s in seen)

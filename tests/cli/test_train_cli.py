@@ -1,4 +1,5 @@
 """`blocklab train` and `blocklab generate` as a user runs them: processes, signals, exit codes, one-line errors."""
+
 import json
 import os
 import signal
@@ -15,8 +16,9 @@ from tests.helpers import as_args
 
 def blocklab(*args, env_extra=None, **kw):
     env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "blocklab", *map(str, args)], capture_output=True, text=True,
-                          env=env, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "blocklab", *map(str, args)], capture_output=True, text=True, env=env, **kw
+    )
 
 
 def losses(run: Path):
@@ -58,8 +60,12 @@ def test_kill_9_during_checkpoint_write_then_resume(tmp_path, overrides):
 def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, overrides, sig):
     overrides["train"].update(steps=100_000, checkpoint_every=100_000, warmup_steps=0)
     out = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "blocklab", "train", "--out", str(out), *as_args(overrides)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "blocklab", "train", "--out", str(out), *as_args(overrides)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         if (out / "metrics.jsonl").is_file() and len((out / "metrics.jsonl").read_text().splitlines()) >= 3:
@@ -110,8 +116,16 @@ def test_subprocess_error_has_no_traceback(tmp_path):
 def test_help_lists_every_field_with_default():
     r = blocklab("train", "--help")
     assert r.returncode == 0
-    for word in ("--model.block", "--model.beta_ff", "--data.source", "--data.mask_prob", "--train.warmup_steps",
-                 "--train.grad_clip", "--train.precision", "default:"):
+    for word in (
+        "--model.block",
+        "--model.beta_ff",
+        "--data.source",
+        "--data.mask_prob",
+        "--train.warmup_steps",
+        "--train.grad_clip",
+        "--train.precision",
+        "default:",
+    ):
         assert word in r.stdout, word
 
 
@@ -131,8 +145,19 @@ def test_torchrun_ddp_matches_single_process(tmp_path, overrides, task):
     overrides["train"].update(steps=6, eval_every=3, device="cpu")
     single = blocklab("train", "--out", tmp_path / "one", *as_args(overrides))
     assert single.returncode == 0, single.stderr
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "blocklab", "train", "--out", str(tmp_path / "two"), *map(str, as_args(overrides))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "blocklab",
+        "train",
+        "--out",
+        str(tmp_path / "two"),
+        *map(str, as_args(overrides)),
+    ]
     ddp = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
@@ -159,8 +184,12 @@ def test_bits_do_not_depend_on_load_or_heap_layout(tmp_path, overrides):
     assert quiet.returncode == 0, quiet.stderr
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        p = subprocess.run([sys.executable, "-c", SHIFTED_HEAP, "train", "--out", str(tmp_path / "busy"), *args],
-                           capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            [sys.executable, "-c", SHIFTED_HEAP, "train", "--out", str(tmp_path / "busy"), *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         for b in busy:
             b.kill()

@@ -1,4 +1,5 @@
 """`blocklab translate` and `blocklab train --model.task translation` as a user runs them."""
+
 import json
 import os
 import subprocess
@@ -15,16 +16,49 @@ WORDS = {"Haus": "house", "Baum": "tree", "Katze": "cat", "Hund": "dog", "Auto":
 def run_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("translate")
     german = list(WORDS)
-    lines = [f"{german[i % 5]} {german[(i * 3) % 5]} {german[(i * 7 + 1) % 5]}\t"
-             + " ".join(WORDS[german[j]] for j in (i % 5, (i * 3) % 5, (i * 7 + 1) % 5)) + f" {i}"
-             for i in range(80)]
+    lines = [
+        f"{german[i % 5]} {german[(i * 3) % 5]} {german[(i * 7 + 1) % 5]}\t"
+        + " ".join(WORDS[german[j]] for j in (i % 5, (i * 3) % 5, (i * 7 + 1) % 5))
+        + f" {i}"
+        for i in range(80)
+    ]
     (tmp / "pairs.tsv").write_text("\n".join(lines) + "\n")
     out = tmp / "run"
-    rc = main(["train", "--out", str(out), "--model.task", "translation", "--model.d_model", "32",
-               "--model.n_layers", "1", "--model.n_heads", "2", "--model.d_ff", "64",
-               "--data.source", str(tmp / "pairs.tsv"), "--data.vocab_size", "300", "--data.seq_len", "16",
-               "--data.val_fraction", "0.1", "--train.steps", "12", "--train.batch_size", "8",
-               "--train.eval_every", "6", "--train.eval_batches", "1", "--train.label_smoothing", "0.1"])
+    rc = main(
+        [
+            "train",
+            "--out",
+            str(out),
+            "--model.task",
+            "translation",
+            "--model.d_model",
+            "32",
+            "--model.n_layers",
+            "1",
+            "--model.n_heads",
+            "2",
+            "--model.d_ff",
+            "64",
+            "--data.source",
+            str(tmp / "pairs.tsv"),
+            "--data.vocab_size",
+            "300",
+            "--data.seq_len",
+            "16",
+            "--data.val_fraction",
+            "0.1",
+            "--train.steps",
+            "12",
+            "--train.batch_size",
+            "8",
+            "--train.eval_every",
+            "6",
+            "--train.eval_batches",
+            "1",
+            "--train.label_smoothing",
+            "0.1",
+        ]
+    )
     assert rc == 0
     return out
 
@@ -38,8 +72,13 @@ def test_train_writes_bleu(run_dir):
 
 def test_translate_stdin_one_line_per_line(run_dir):
     text = "Haus Baum\n\nKatze Hund Auto\n"
-    p = subprocess.run([sys.executable, "-m", "blocklab", "translate", "--run", str(run_dir), "--beam", "3"],
-                       input=text, capture_output=True, text=True, env=dict(os.environ))
+    p = subprocess.run(
+        [sys.executable, "-m", "blocklab", "translate", "--run", str(run_dir), "--beam", "3"],
+        input=text,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
     assert p.returncode == 0, p.stderr
     out = p.stdout.split("\n")
     assert len(out) == 4 and out[-1] == "" and out[1] == ""  # three lines in, three out; empty stays empty
@@ -73,10 +112,18 @@ def test_bad_input(run_dir, tmp_path, capsys):
     lm = tmp_path / "lm"
     lm.mkdir()
     config = (run_dir / "config.toml").read_text()
-    (lm / "config.toml").write_text(config.replace('task = "translation"', 'task = "clm"')
-                                    .replace("label_smoothing = 0.1", "label_smoothing = 0.0"))
+    (lm / "config.toml").write_text(
+        config.replace('task = "translation"', 'task = "clm"').replace("label_smoothing = 0.1", "label_smoothing = 0.0")
+    )
     one_line_error(capsys, ["translate", "--run", lm], "clm model, not a translation model")
-    one_line_error(capsys, ["train", "--out", tmp_path / "x", "--model.task", "translation",
-                            "--model.block", "sas-p"], "not offered for task='translation'", "post-ln, pre-ln")
-    one_line_error(capsys, ["train", "--out", tmp_path / "y", "--model.task", "translation",
-                            "--data.source", tmp_path / "nope.tsv"], "does not exist")
+    one_line_error(
+        capsys,
+        ["train", "--out", tmp_path / "x", "--model.task", "translation", "--model.block", "sas-p"],
+        "not offered for task='translation'",
+        "post-ln, pre-ln",
+    )
+    one_line_error(
+        capsys,
+        ["train", "--out", tmp_path / "y", "--model.task", "translation", "--data.source", tmp_path / "nope.tsv"],
+        "does not exist",
+    )

@@ -15,6 +15,7 @@ SPECIALS = (PAD, MASK, EOD)
 
 # --- causal LM -------------------------------------------------------------------------
 
+
 def _stream(n=5000):
     return np.arange(3, n + 3, dtype=np.uint16)  # distinct values: a token's value is its position + 3
 
@@ -82,6 +83,7 @@ def test_clm_val_batches_fixed_non_overlapping_and_complete():
 
 
 # --- masked LM -------------------------------------------------------------------------
+
 
 def _docs(lengths, base=100):
     """Documents whose tokens are distinct (doc i uses values base + 1000 i + k), each closed by EOD."""

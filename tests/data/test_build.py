@@ -29,6 +29,7 @@ def test_many_small_writes_give_the_same_tokens_as_one_pass(sample_dir, tmp_path
             for d in docs:
                 calls.append(d.name)
                 yield d
+
         return real(tok, each(docs), *a, **k)
 
     monkeypatch.setattr(build_mod, "encode_stream", counting)
@@ -56,8 +57,9 @@ def test_tokenizer_sample_is_bounded_spread_and_in_the_key(sample_dir, tmp_path,
     assert 0 < seen["bytes"] <= budget + biggest and seen["bytes"] == sum(len(t.encode()) for t in sample)
     assert picked != list(range(len(picked)))  # not simply the first documents
 
-    small = DataConfig(source=str(sample_dir), vocab_size=400, cache_dir=str(tmp_path / "c"),
-                       tokenizer_sample_mb=budget / 1e6)
+    small = DataConfig(
+        source=str(sample_dir), vocab_size=400, cache_dir=str(tmp_path / "c"), tokenizer_sample_mb=budget / 1e6
+    )
     c_small, c_all = prepare(small, log=logs), prepare(cfg_all, **QUIET)
     assert any("a sample of at most 0.06 MB" in line for line in logs.lines)
     assert c_small.stats["tokenizer_sample_bytes"] == seen["bytes"]

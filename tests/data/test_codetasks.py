@@ -41,18 +41,16 @@ def buggy_texts(task, src, seeds=range(12)) -> set[str]:
 
 # --- each task on known functions ----------------------------------------------------------
 
+
 def test_swapped_operand_known():
-    assert buggy_texts("swapped-operand", "def f(a, b):\n    return a - b\n") == {
-        "def f(a, b):\n    return b - a\n"}
-    assert buggy_texts("swapped-operand", "def f(x, y):\n    return x < y\n") == {
-        "def f(x, y):\n    return y < x\n"}
+    assert buggy_texts("swapped-operand", "def f(a, b):\n    return a - b\n") == {"def f(a, b):\n    return b - a\n"}
+    assert buggy_texts("swapped-operand", "def f(x, y):\n    return x < y\n") == {"def f(x, y):\n    return y < x\n"}
 
 
 def test_swapped_operand_keeps_the_meaning_of_a_swap():
     # The outer minus of a - b - c needs parentheses that were not written; the inner does not.
     got = buggy_texts("swapped-operand", "def f(a, b, c):\n    return a - b - c\n", range(30))
-    assert got == {"def f(a, b, c):\n    return c - (a - b)\n",
-                   "def f(a, b, c):\n    return b - a - c\n"}
+    assert got == {"def f(a, b, c):\n    return c - (a - b)\n", "def f(a, b, c):\n    return b - a - c\n"}
     # Written parentheses travel with their operand; a commutative + is never swapped.
     got = buggy_texts("swapped-operand", "def f(a, b, c):\n    return (a + b) / c\n")
     assert got == {"def f(a, b, c):\n    return c / (a + b)\n"}
@@ -77,15 +75,17 @@ def test_wrong_operator_changes_exactly_one_operator():
     assert got == {src.replace("+", op) for op in ("-", "*", "/", "//", "%", "**")}
     got = buggy_texts("wrong-operator", "def f(a, b):\n    return a<b\n", range(60))
     # Word operators get the spaces they need; every comparison can stand in.
-    assert {b.splitlines()[1] for b in got} == {
-        f"    return a{op}b" for op in ("==", "!=", "<=", ">", ">=")} | {
-        f"    return a {op} b" for op in ("is", "is not", "in", "not in")}
+    assert {b.splitlines()[1] for b in got} == {f"    return a{op}b" for op in ("==", "!=", "<=", ">", ">=")} | {
+        f"    return a {op} b" for op in ("is", "is not", "in", "not in")
+    }
 
 
 def test_wrong_operator_on_boolean_and_comparison_chains():
     src = "def f(a, b, c):\n    return a and b and c\n"
     assert buggy_texts("wrong-operator", src, range(20)) == {
-        "def f(a, b, c):\n    return a or b and c\n", "def f(a, b, c):\n    return a and b or c\n"}
+        "def f(a, b, c):\n    return a or b and c\n",
+        "def f(a, b, c):\n    return a and b or c\n",
+    }
     src = "def f(a, b):\n    return a is not b\n"
     for buggy in buggy_texts("wrong-operator", src):
         tree = ast.parse(buggy)
@@ -138,8 +138,7 @@ def test_exception_type_masks_the_class():
 
 def test_exception_type_classes_by_frequency():
     fn = "def f{i}():\n    try:\n        pass\n    except {exc}:\n        pass\n"
-    excs = ["socket.timeout", "ValueError", "KeyError", "KeyError", "ValueError", "OSError",
-            "KeyError"]
+    excs = ["socket.timeout", "ValueError", "KeyError", "KeyError", "ValueError", "OSError", "KeyError"]
     src = "".join(fn.format(i=i, exc=exc) for i, exc in enumerate(excs))
     src += "def g():\n    try:\n        pass\n    except (A, B):\n        pass\n    except:\n        pass\n"
     task = build("exception-type", src, n_exception_classes=3)
@@ -170,13 +169,15 @@ def test_docstring_pair_and_mismatch():
     assert [(ex.text, ex.text_pair) for ex in exs[::2]] == [
         ("Return a plus one.", "def f(a):\n    return a + 1\n"),
         ("Say hello.", "def g():\n    pass\n"),
-        ("One line.", "def h(): pass; return 2\n")]
+        ("One line.", "def h(): pass; return 2\n"),
+    ]
     for match, mismatch in zip(exs[::2], exs[1::2]):
         assert mismatch.text_pair == match.text_pair and mismatch.text != match.text
         assert mismatch.text in {"Return a plus one.", "Say hello.", "One line."}
 
 
 # --- what every task guarantees ------------------------------------------------------------
+
 
 def _sample_sources():
     return [
@@ -257,7 +258,7 @@ def test_non_ascii_before_the_operator():
     ((_, buggy),) = pairs(build("swapped-operand", src))
     assert buggy == 'def f(a, b):\n    return ("é日", b - a)\n'
     for buggy in buggy_texts("wrong-operator", src):
-        assert buggy.startswith('def f(a, b):\n    return ("é日", a ') and buggy.endswith(' b)\n')
+        assert buggy.startswith('def f(a, b):\n    return ("é日", a ') and buggy.endswith(" b)\n")
     ((_, buggy),) = pairs(build("variable-misuse", 'def f(a, b):\n    return "é日" + a\n'))
     assert buggy == 'def f(a, b):\n    return "é日" + b\n'
     ex = build("exception-type", 'def f():\n    try: x = "日本"\n    except KeyError: pass\n').examples
@@ -285,9 +286,12 @@ def test_unknown_task_is_a_user_error():
 
 
 def test_unparsable_files_are_counted_not_raised():
-    docs = [Document("bad.py", "def f(:\n"), Document("nul.py", "x = 1\x00\n"),
-            Document("deep.py", "x = " + "(" * 5000 + ")" * 5000 + "\n"),
-            Document("ok.py", "def f(a, b):\n    return a - b\n")]
+    docs = [
+        Document("bad.py", "def f(:\n"),
+        Document("nul.py", "x = 1\x00\n"),
+        Document("deep.py", "x = " + "(" * 5000 + ")" * 5000 + "\n"),
+        Document("ok.py", "def f(a, b):\n    return a - b\n"),
+    ]
     task = build_code_task("swapped-operand", docs)
     assert task.info["files"] == 4 and task.info["files_failed"] == 3
     assert len(task.examples) == 2
@@ -295,10 +299,10 @@ def test_unparsable_files_are_counted_not_raised():
 
 # --- real files ----------------------------------------------------------------------------
 
+
 def test_smoke_on_standard_library_files():
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    docs = [Document(rel, (stdlib / rel).read_text(encoding="utf-8"))
-            for rel in ("json/decoder.py", "argparse.py")]
+    docs = [Document(rel, (stdlib / rel).read_text(encoding="utf-8")) for rel in ("json/decoder.py", "argparse.py")]
     for task_name in CODE_TASKS:
         task = build_code_task(task_name, docs)
         assert task.examples, task_name
@@ -308,8 +312,9 @@ def test_smoke_on_standard_library_files():
 
 
 def test_docstring_negatives_stay_on_their_side_of_the_split():
-    fns = "".join(f'def f{i}(x):\n    """{name} doc {i}."""\n    return x + {i}\n' for i in range(4)
-                  for name in ["only"])
+    fns = "".join(
+        f'def f{i}(x):\n    """{name} doc {i}."""\n    return x + {i}\n' for i in range(4) for name in ["only"]
+    )
     docs = [Document("train.py", fns.replace("only", "train")), Document("val.py", fns.replace("only", "val"))]
     task = build_code_task("docstring-mismatch", docs, side=lambda doc: doc == "val.py")
     negatives = [(ex.doc, ex.text) for ex in task.examples if ex.label == 1]
@@ -321,7 +326,9 @@ def test_docstring_negatives_stay_on_their_side_of_the_split():
 
 @pytest.mark.parametrize("task_name", BINARY)
 def test_the_versions_of_one_function_share_a_group(task_name):
-    src = "def f(a, b):\n    '''Doc f.'''\n    x = a - b\n    return x < a\n\n" \
-          "def g(c, d):\n    '''Doc g.'''\n    y = c % d\n    return y > c\n"
+    src = (
+        "def f(a, b):\n    '''Doc f.'''\n    x = a - b\n    return x < a\n\n"
+        "def g(c, d):\n    '''Doc g.'''\n    y = c % d\n    return y > c\n"
+    )
     exs = build(task_name, src).examples
     assert len(exs) == 4 and exs[0].group == exs[1].group != exs[2].group == exs[3].group

@@ -70,9 +70,25 @@ def test_cache_root_precedence(monkeypatch, tmp_path):
 def test_new_fields_work_as_command_line_overrides():
     from blocklab.training.config import load_config
 
-    cfg = load_config(None, ["--data.text_field", "content", "--data.hf_config", "python", "--data.split",
-                             "validation", "--data.streaming", "true", "--data.src_lang", "fr",
-                             "--data.tgt_lang", "de", "--data.tokenizer_sample_mb", "64"]).data
+    cfg = load_config(
+        None,
+        [
+            "--data.text_field",
+            "content",
+            "--data.hf_config",
+            "python",
+            "--data.split",
+            "validation",
+            "--data.streaming",
+            "true",
+            "--data.src_lang",
+            "fr",
+            "--data.tgt_lang",
+            "de",
+            "--data.tokenizer_sample_mb",
+            "64",
+        ],
+    ).data
     assert (cfg.text_field, cfg.hf_config, cfg.split, cfg.streaming) == ("content", "python", "validation", True)
     assert (cfg.src_lang, cfg.tgt_lang, cfg.tokenizer_sample_mb) == ("fr", "de", 64.0)
     assert load_config(None, ["--data.hf_config", "none"]).data.hf_config is None

@@ -1,4 +1,5 @@
 """The code tasks' file pool: nothing the pre-training split trained on, by content; a fixed split."""
+
 import hashlib
 import sysconfig
 from pathlib import Path

@@ -1,4 +1,5 @@
 """data.source = "gettext": the .mo reader and the cleaning, on catalogs these tests write themselves."""
+
 import gettext
 import struct
 
@@ -37,19 +38,19 @@ def write_mo(path, messages, charset="UTF-8", nplurals=2, order="<"):
 
 
 MESSAGES = [
-    ("_Open", "Ö_ffnen"),                               # GTK accelerator (mid-word in German)
-    ("&Save file", "Datei &speichern"),                 # Qt accelerator
+    ("_Open", "Ö_ffnen"),  # GTK accelerator (mid-word in German)
+    ("&Save file", "Datei &speichern"),  # Qt accelerator
     ("Cannot open %s: %s", "Kann %s nicht öffnen: %s"),  # printf formats: dropped
-    ("Hello {name}", "Hallo {name}"),                   # brace format: dropped
-    ("%(count)d items", "%(count)d Einträge"),           # Python format: dropped
-    ("Untranslated", ""),                               # no translation: dropped
-    ("GNOME", "GNOME"),                                 # an untranslated copy: dropped
-    ("---", "---"),                                     # no letter: dropped
-    ("menu\x04Quit", "Beenden"),                        # context stripped
+    ("Hello {name}", "Hallo {name}"),  # brace format: dropped
+    ("%(count)d items", "%(count)d Einträge"),  # Python format: dropped
+    ("Untranslated", ""),  # no translation: dropped
+    ("GNOME", "GNOME"),  # an untranslated copy: dropped
+    ("---", "---"),  # no letter: dropped
+    ("menu\x04Quit", "Beenden"),  # context stripped
     ("A long\n  help text", "Ein langer\n  Hilfetext"),  # whitespace collapsed
-    ("x" * (MAX_CHARS + 1), "y" * (MAX_CHARS + 1)),     # too long: dropped
+    ("x" * (MAX_CHARS + 1), "y" * (MAX_CHARS + 1)),  # too long: dropped
     ("One file\x00Many files", "Eine Datei\x00Viele Dateien"),  # plural: both pairs
-    ("file_name is required", "file_name ist nötig"),   # an identifier, not an accelerator
+    ("file_name is required", "file_name ist nötig"),  # an identifier, not an accelerator
 ]
 
 
@@ -58,8 +59,12 @@ def locale(tmp_path):
     root = tmp_path / "share" / "locale"
     write_mo(root / "de" / "LC_MESSAGES" / "app.mo", MESSAGES)
     # the same message in a second catalog (a duplicate pair) and a big-endian latin-1 file
-    write_mo(root / "de" / "LC_MESSAGES" / "other.mo", [("Close", "Schließen"), ("_Open", "Ö_ffnen")],
-             charset="ISO-8859-1", order=">")
+    write_mo(
+        root / "de" / "LC_MESSAGES" / "other.mo",
+        [("Close", "Schließen"), ("_Open", "Ö_ffnen")],
+        charset="ISO-8859-1",
+        order=">",
+    )
     write_mo(root / "fr" / "LC_MESSAGES" / "app.mo", [("Close", "Fermer")])
     return root
 
@@ -87,16 +92,18 @@ def test_big_endian_and_latin1(locale):
 
 def test_cleaning_keeps_what_the_docstring_says(locale):
     got = gettext_pairs("de", "en", [locale])
-    assert sorted(got.pairs) == sorted([
-        ("Datei speichern", "Save file"),
-        ("Ein langer Hilfetext", "A long help text"),
-        ("Eine Datei", "One file"),
-        ("Viele Dateien", "Many files"),
-        ("Beenden", "Quit"),
-        ("Öffnen", "Open"),
-        ("file_name ist nötig", "file_name is required"),
-        ("Schließen", "Close"),
-    ])
+    assert sorted(got.pairs) == sorted(
+        [
+            ("Datei speichern", "Save file"),
+            ("Ein langer Hilfetext", "A long help text"),
+            ("Eine Datei", "One file"),
+            ("Viele Dateien", "Many files"),
+            ("Beenden", "Quit"),
+            ("Öffnen", "Open"),
+            ("file_name ist nötig", "file_name is required"),
+            ("Schließen", "Close"),
+        ]
+    )
     c = got.counts
     assert (c["format"], c["untranslated"], c["identical"], c["unusable"], c["duplicate"]) == (3, 1, 1, 2, 1)
     assert c["kept"] == 8 and c["catalogs"] == 2
@@ -106,8 +113,7 @@ def test_cleaning_keeps_what_the_docstring_says(locale):
 
 def test_plural_forms_beyond_two_keep_the_singular_only(tmp_path):
     root = tmp_path / "locale"
-    write_mo(root / "pl" / "LC_MESSAGES" / "a.mo", [("One file\x00Many files", "Plik\x00Pliki\x00Plików")],
-             nplurals=3)
+    write_mo(root / "pl" / "LC_MESSAGES" / "a.mo", [("One file\x00Many files", "Plik\x00Pliki\x00Plików")], nplurals=3)
     got = gettext_pairs("pl", "en", [root])
     assert got.pairs == [("Plik", "One file")] and got.counts["plural_dropped"] == 2
 
@@ -130,11 +136,14 @@ def test_one_side_must_be_english(tmp_path):
         gettext_pairs("de", "fr", [tmp_path])
 
 
-@pytest.mark.parametrize("content, match", [
-    (b"", "too short"),
-    (b"\x00" * 40, "bad magic"),
-    (struct.pack("<7I", 0x950412DE, 0, 5, 28, 68, 0, 0), "damaged"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"", "too short"),
+        (b"\x00" * 40, "bad magic"),
+        (struct.pack("<7I", 0x950412DE, 0, 5, 28, 68, 0, 0), "damaged"),
+    ],
+)
 def test_bad_catalogs(tmp_path, content, match):
     p = tmp_path / "bad.mo"
     p.write_bytes(content)

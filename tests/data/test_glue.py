@@ -74,8 +74,11 @@ def test_glue_folder_with_pairs_and_the_task_from_the_folder_name(tmp_path):
 
 
 def test_tsv_pair_and_metric_override(tmp_path):
-    path = tsv(tmp_path / "rte_sample.tsv", ["index", "sentence1", "sentence2", "label"],
-               [(i, f"p {i}", f"h {i}", ["entailment", "not_entailment"][i % 2]) for i in range(N)])
+    path = tsv(
+        tmp_path / "rte_sample.tsv",
+        ["index", "sentence1", "sentence2", "label"],
+        [(i, f"p {i}", f"h {i}", ["entailment", "not_entailment"][i % 2]) for i in range(N)],
+    )
     data = load(path)
     assert (data.name, data.metric, data.label_names) == ("rte", "accuracy", ["entailment", "not_entailment"])
     assert all(e.text_pair == "h" + e.text[1:] for e in data.train + data.val)
@@ -101,29 +104,41 @@ def test_folder_of_jsonl_train_and_validation(tmp_path):
 
 
 def test_float_labels_are_a_regression(tmp_path):
-    path = tsv(tmp_path / "similar.tsv", ["sentence1", "sentence2", "label"],
-               [(f"a{i}", f"b{i}", f"{i % 5 + 0.25}") for i in range(N)])
+    path = tsv(
+        tmp_path / "similar.tsv",
+        ["sentence1", "sentence2", "label"],
+        [(f"a{i}", f"b{i}", f"{i % 5 + 0.25}") for i in range(N)],
+    )
     data = load(path)
     assert (data.label_names, data.n_labels, data.metric) == (None, 1, "pearson_spearman")
     assert all(isinstance(e.label, float) for e in data.train)
     assert data.info["baseline"]["score"] == 0.0  # a constant guess has no correlation
     # STS-B is a regression even when its scores happen to be whole numbers
-    stsb = tsv(tmp_path / "stsb.tsv", ["sentence1", "sentence2", "score"],
-               [(f"a{i}", f"b{i}", i % 5) for i in range(N)])
+    stsb = tsv(
+        tmp_path / "stsb.tsv", ["sentence1", "sentence2", "score"], [(f"a{i}", f"b{i}", i % 5) for i in range(N)]
+    )
     assert load(stsb).label_names is None and load(stsb).train[0].label in (0.0, 1.0, 2.0, 3.0, 4.0)
     assert "does not fit regression labels" in error(path, metric="accuracy")
 
 
 def test_hf_save_to_disk_with_classlabel_names(tmp_path):
-    features = datasets.Features({"sentence": datasets.Value("string"), "idx": datasets.Value("int32"),
-                                  "label": datasets.ClassLabel(names=["unacceptable", "acceptable"])})
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "idx": datasets.Value("int32"),
+            "label": datasets.ClassLabel(names=["unacceptable", "acceptable"]),
+        }
+    )
 
     def split(n, label):
-        return datasets.Dataset.from_dict({"sentence": [f"s{i}" for i in range(n)], "idx": list(range(n)),
-                                           "label": [label(i) for i in range(n)]}, features=features)
+        return datasets.Dataset.from_dict(
+            {"sentence": [f"s{i}" for i in range(n)], "idx": list(range(n)), "label": [label(i) for i in range(n)]},
+            features=features,
+        )
 
-    dd = datasets.DatasetDict({"train": split(N, lambda i: i % 2), "validation": split(4, lambda i: 1),
-                               "test": split(3, lambda i: -1)})  # GLUE's hidden test labels: never read
+    dd = datasets.DatasetDict(
+        {"train": split(N, lambda i: i % 2), "validation": split(4, lambda i: 1), "test": split(3, lambda i: -1)}
+    )  # GLUE's hidden test labels: never read
     dd.save_to_disk(str(tmp_path / "saved"))
     data = load(f"hf:{tmp_path / 'saved'}", hf_config="cola", cache_dir=str(tmp_path / "cache"))
     assert (data.name, data.metric, data.label_names) == ("cola", "matthews", ["unacceptable", "acceptable"])
@@ -132,8 +147,11 @@ def test_hf_save_to_disk_with_classlabel_names(tmp_path):
 
 
 def test_hf_mnli_columns_validation_matched_and_a_single_saved_dataset(tmp_path):
-    rows = {"premise": [f"p{i}" for i in range(N)], "hypothesis": [f"h{i}" for i in range(N)],
-            "label": [i % 3 for i in range(N)]}
+    rows = {
+        "premise": [f"p{i}" for i in range(N)],
+        "hypothesis": [f"h{i}" for i in range(N)],
+        "label": [i % 3 for i in range(N)],
+    }
     ds = datasets.Dataset.from_dict(rows)
     datasets.DatasetDict({"train": ds, "validation_matched": ds.select(range(5))}).save_to_disk(str(tmp_path / "mnli"))
     data = load(f"hf:{tmp_path / 'mnli'}")
@@ -168,8 +186,9 @@ def test_hf_test_split_labels(tmp_path):
 
 def test_bad_inputs_are_one_clear_line(tmp_path):
     no_label = tsv(tmp_path / "a.tsv", ["sentence", "stars"], [("x", 1), ("y", 2)])
-    assert error(no_label) == (f"{no_label}: dataset without labels: no 'label' column "
-                               "(columns found: 'sentence', 'stars')")
+    assert error(no_label) == (
+        f"{no_label}: dataset without labels: no 'label' column (columns found: 'sentence', 'stars')"
+    )
     no_text = tsv(tmp_path / "b.tsv", ["review", "label"], [("x", 1), ("y", 0)])
     msg = error(no_text)
     assert "no text columns: expected 'sentence'" in msg and "columns found: 'review', 'label'" in msg
@@ -196,8 +215,10 @@ def test_bad_inputs_are_one_clear_line(tmp_path):
 def test_unknown_validation_label_and_missing_columns_in_a_split(tmp_path):
     tsv(tmp_path / "train.tsv", ["sentence", "label"], [("a", "good"), ("b", "bad")])
     tsv(tmp_path / "dev.tsv", ["sentence", "label"], [("c", "good"), ("d", "ugly")])
-    assert error(tmp_path) == (f"{tmp_path / 'dev.tsv'} line 3: unknown label 'ugly': the training split has "
-                               "no such label (training labels: bad, good)")
+    assert error(tmp_path) == (
+        f"{tmp_path / 'dev.tsv'} line 3: unknown label 'ugly': the training split has "
+        "no such label (training labels: bad, good)"
+    )
     tsv(tmp_path / "dev.tsv", ["text_a", "label"], [("c", "good")])
     assert error(tmp_path).startswith(f"{tmp_path / 'dev.tsv'}: no text columns")
     rows = jsonl(tmp_path / "rows.jsonl", [{"sentence": "a", "label": 0}, {"label": 1}] * N)
@@ -212,14 +233,19 @@ def test_unknown_validation_label_and_missing_columns_in_a_split(tmp_path):
     tsv(ints / "dev.tsv", ["sentence", "label"], [("c", 2)])
     assert "unknown label 2: the training split has no such label (training labels: 0, 1)" in error(ints)
     (tmp_path / "nothing").mkdir()
-    assert error(tmp_path / "nothing") == (f"folder {tmp_path / 'nothing'} has no train.tsv or train.jsonl "
-                                           "(GLUE's layout: train.tsv and dev.tsv)")
+    assert error(tmp_path / "nothing") == (
+        f"folder {tmp_path / 'nothing'} has no train.tsv or train.jsonl (GLUE's layout: train.tsv and dev.tsv)"
+    )
 
 
 def test_task_table_and_names():
     assert {t: GLUE_TASKS[t].metric for t in ("cola", "mrpc", "qqp", "stsb", "sst2")} == {
-        "cola": "matthews", "mrpc": "f1_accuracy", "qqp": "f1_accuracy", "stsb": "pearson_spearman",
-        "sst2": "accuracy"}
+        "cola": "matthews",
+        "mrpc": "f1_accuracy",
+        "qqp": "f1_accuracy",
+        "stsb": "pearson_spearman",
+        "sst2": "accuracy",
+    }
     assert all(GLUE_TASKS[t].metric == "accuracy" for t in ("mnli", "qnli", "rte", "wnli"))
     assert glue_task("SST-2").name == "sst2" and glue_task("STS-B").name == "stsb"
     assert glue_task("mrpc_train").name == "mrpc" and glue_task("glue") is None and glue_task(None) is None

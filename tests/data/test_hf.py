@@ -29,8 +29,9 @@ def _hf_cache_in_tmp(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def rows():
     """Real code as rows, plus an empty and a None row (skipped, not documents)."""
-    texts = [(stdlib_root() / rel).read_text(encoding="utf-8") for rel in SAMPLE_FILES
-             if (stdlib_root() / rel).is_file()]
+    texts = [
+        (stdlib_root() / rel).read_text(encoding="utf-8") for rel in SAMPLE_FILES if (stdlib_root() / rel).is_file()
+    ]
     contents = texts[:10] + [""] + texts[10:] + [None]
     return {"content": contents, "stars": list(range(len(contents))), "repo": ["r"] * len(contents)}
 
@@ -46,8 +47,9 @@ def local_sets(tmp_path, rows):
 
 
 def _cfg(tmp_path, source, **kw):
-    return DataConfig(source=source, vocab_size=300, cache_dir=str(tmp_path / "cache"), **{"text_field": "content",
-                                                                                            **kw})
+    return DataConfig(
+        source=source, vocab_size=300, cache_dir=str(tmp_path / "cache"), **{"text_field": "content", **kw}
+    )
 
 
 def test_save_to_disk_parquet_and_jsonl_give_the_same_corpus(local_sets, rows):
@@ -62,8 +64,9 @@ def test_save_to_disk_parquet_and_jsonl_give_the_same_corpus(local_sets, rows):
     # every non-empty row is one document, in row order, split by the hash of its row number
     texts = rows["content"]
     rule = SplitRule(0.02, (f"row {i}" for i in range(len(texts))))
-    want = {p: [t for i, t in enumerate(texts) if t and rule.is_val(f"row {i}") == (p == "val")]
-            for p in ("train", "val")}
+    want = {
+        p: [t for i, t in enumerate(texts) if t and rule.is_val(f"row {i}") == (p == "val")] for p in ("train", "val")
+    }
     assert len(want["train"]) >= 1 and len(want["val"]) >= 1
     for part, arr, starts in (("train", ref.train, ref.train_doc_starts), ("val", ref.val, ref.val_doc_starts)):
         ends = np.append(starts[1:], len(arr)) - 1
@@ -86,16 +89,20 @@ def test_dataset_dict_split_and_glob_of_data_files(local_sets, tmp_path):
     for i in range(3):
         lines = [json.dumps({"text": f"def shard_{i}_{j}(x):\n    return x * {j}\n"}) for j in range(20)]
         (tmp_path / "shards" / f"part-{i}.jsonl").write_text("\n".join(lines) + "\n")
-    g = prepare(DataConfig(source=f"hf:{tmp_path / 'shards'}/*.jsonl", vocab_size=300,
-                           cache_dir=str(tmp_path / "cache")), **QUIET)
+    g = prepare(
+        DataConfig(source=f"hf:{tmp_path / 'shards'}/*.jsonl", vocab_size=300, cache_dir=str(tmp_path / "cache")),
+        **QUIET,
+    )
     assert g.stats["files"] == 60
 
 
 def _bad_inputs(tmp):
-    datasets.Dataset.from_dict({"content": []}, features=datasets.Features(
-        {"content": datasets.Value("string")})).to_parquet(str(tmp / "empty.parquet"))
-    datasets.Dataset.from_dict({"content": []}, features=datasets.Features(
-        {"content": datasets.Value("string")})).save_to_disk(str(tmp / "empty_saved"))
+    datasets.Dataset.from_dict(
+        {"content": []}, features=datasets.Features({"content": datasets.Value("string")})
+    ).to_parquet(str(tmp / "empty.parquet"))
+    datasets.Dataset.from_dict(
+        {"content": []}, features=datasets.Features({"content": datasets.Value("string")})
+    ).save_to_disk(str(tmp / "empty_saved"))
     datasets.Dataset.from_dict({"content": ["", None, ""]}).save_to_disk(str(tmp / "blank"))
     (tmp / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
     (tmp / "notes.xml").write_text("<a/>")
@@ -116,9 +123,24 @@ def _bad_inputs(tmp):
     }
 
 
-@pytest.mark.parametrize("case", ["unreachable hub name", "unknown field", "field not text", "empty split", "empty saved split",
-                                  "only empty texts", "missing split", "missing file", "glob matches nothing",
-                                  "unsupported file", "corrupt parquet", "no name", "glob option"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unreachable hub name",
+        "unknown field",
+        "field not text",
+        "empty split",
+        "empty saved split",
+        "only empty texts",
+        "missing split",
+        "missing file",
+        "glob matches nothing",
+        "unsupported file",
+        "corrupt parquet",
+        "no name",
+        "glob option",
+    ],
+)
 def test_bad_hf_input_is_one_line_user_error(local_sets, case):
     kwargs, expect = _bad_inputs(local_sets)[case]
     cache = local_sets / "cache"
@@ -135,8 +157,9 @@ def test_hub_name_reads_the_revision_the_hub_reports_and_streams(tmp_path, rows,
     import huggingface_hub
 
     revision = {"sha": "c0ffee"}
-    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info",
-                        lambda self, name, **k: type("Info", (), {"sha": revision["sha"]})())
+    monkeypatch.setattr(
+        huggingface_hub.HfApi, "dataset_info", lambda self, name, **k: type("Info", (), {"sha": revision["sha"]})()
+    )
     texts = [t for t in rows["content"] if t] * 3
     local = datasets.Dataset.from_dict({"content": texts})
     calls = []
@@ -146,8 +169,16 @@ def test_hub_name_reads_the_revision_the_hub_reports_and_streams(tmp_path, rows,
         return local.to_iterable_dataset()
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    cfg = DataConfig(source="hf:some-org/code", hf_config="python", split="train", streaming=True,
-                     text_field="content", val_fraction=0.2, vocab_size=300, cache_dir=str(tmp_path / "cache"))
+    cfg = DataConfig(
+        source="hf:some-org/code",
+        hf_config="python",
+        split="train",
+        streaming=True,
+        text_field="content",
+        val_fraction=0.2,
+        vocab_size=300,
+        cache_dir=str(tmp_path / "cache"),
+    )
     c = prepare(cfg, **QUIET)
     assert calls == [("some-org/code", "python", "train", True, "c0ffee")]
     assert c.stats["files_train"] + c.stats["files_val"] == len(texts) and c.stats["files_val"] >= 1
@@ -161,12 +192,17 @@ def test_hub_name_reads_the_revision_the_hub_reports_and_streams(tmp_path, rows,
 def test_txt_is_one_document_per_paragraph_and_csv_by_column(tmp_path):
     paragraphs = [f"Paragraph {i} line one.\nParagraph {i} line two, with more words." for i in range(12)]
     (tmp_path / "prose.txt").write_text("\n\n".join(paragraphs) + "\n")
-    c = prepare(DataConfig(source=f"hf:{tmp_path / 'prose.txt'}", vocab_size=300,
-                           cache_dir=str(tmp_path / "cache")), **QUIET)
+    c = prepare(
+        DataConfig(source=f"hf:{tmp_path / 'prose.txt'}", vocab_size=300, cache_dir=str(tmp_path / "cache")), **QUIET
+    )
     assert c.stats["files"] == 12
     ends = np.append(c.train_doc_starts[1:], len(c.train)) - 1
     assert all(c.decode(c.train[a:b]).strip() in paragraphs for a, b in zip(c.train_doc_starts, ends))
     (tmp_path / "table.csv").write_text("id,body\n" + "".join(f'{i},"row {i} says hello"\n' for i in range(30)))
-    t = prepare(DataConfig(source=f"hf:{tmp_path / 'table.csv'}", text_field="body", vocab_size=300,
-                           cache_dir=str(tmp_path / "cache")), **QUIET)
+    t = prepare(
+        DataConfig(
+            source=f"hf:{tmp_path / 'table.csv'}", text_field="body", vocab_size=300, cache_dir=str(tmp_path / "cache")
+        ),
+        **QUIET,
+    )
     assert t.stats["files"] == 30

@@ -1,4 +1,5 @@
 """Batches of labelled examples: encoding, truncation, the epoch order, the shards, the cap."""
+
 import numpy as np
 import pytest
 import torch
@@ -55,8 +56,7 @@ def test_rank_shards_make_the_global_batch(tok):
     shards = [b.get(5, rank, 2) for rank in range(2)]
     width = whole[0].shape[1]
     for part, full in zip(zip(*shards), whole):
-        joined = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) if p.dim() == 2 else p
-                            for p in part])
+        joined = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) if p.dim() == 2 else p for p in part])
         torch.testing.assert_close(joined, full)
 
 
@@ -82,8 +82,12 @@ def test_a_fixed_length_gives_one_shape(tok):
 
 def test_dropping_a_too_long_example_drops_its_group(tok):
     long = "hello world " * 30
-    examples = [Example("hello", 0, group="f#0"), Example(long, 1, group="f#0"), Example("world", 0, group="g#0"),
-                Example("hello world", 1, group="g#0")]
+    examples = [
+        Example("hello", 0, group="f#0"),
+        Example(long, 1, group="f#0"),
+        Example("world", 0, group="g#0"),
+        Example("hello world", 1, group="g#0"),
+    ]
     enc = encode_examples(tok, examples, 16, regression=False, drop_long=True)
     assert enc.labels.tolist() == [0, 1] and enc.dropped == 2  # f's short version goes with its long one
 

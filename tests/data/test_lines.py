@@ -1,4 +1,5 @@
 """blocklab.data.lines: the one UTF-8 line reader (.tsv / .jsonl data, `blocklab translate --input`)."""
+
 import io
 import sys
 

@@ -1,4 +1,5 @@
 """Parallel text: .tsv, JSON lines, hf: with a translation column, gettext; the split; the prepared corpus."""
+
 import json
 
 import numpy as np
@@ -15,8 +16,9 @@ PAIRS = [(f"Satz Nummer {i} ist hier.", f"Sentence number {i} is here.") for i i
 
 
 def cfg(tmp_path, source, **kw):
-    return DataConfig(source=str(source), vocab_size=300, seq_len=32, val_fraction=0.2,
-                      cache_dir=str(tmp_path / "cache"), **kw)
+    return DataConfig(
+        source=str(source), vocab_size=300, seq_len=32, val_fraction=0.2, cache_dir=str(tmp_path / "cache"), **kw
+    )
 
 
 def write_tsv(path, pairs):
@@ -91,9 +93,11 @@ def test_unigram_loss_is_the_smoothed_loss_of_the_best_unigram_prediction():
     assert unigram_loss(counts, 0.0) == pytest.approx(-(p[:3] * np.log(p[:3])).sum())
     eps = 0.1
     q = (1 - eps) * p + eps / 4
+
     # q minimises the smoothed cross-entropy (1 - eps) CE(p, q) + eps CE(uniform, q): any other is worse
     def smoothed(r):
         return -(1 - eps) * (p * np.log(r)).sum() - eps * np.log(r).mean()
+
     assert unigram_loss(counts, eps) == pytest.approx(smoothed(q))
     assert smoothed(np.array([0.4, 0.3, 0.2, 0.1])) > smoothed(q)
 
@@ -107,17 +111,20 @@ def test_gettext_source_reads_a_locale_folder_of_its_own(tmp_path):
         read_parallel(cfg(tmp_path, f"gettext:{root}", src_lang="fr"))
 
 
-@pytest.mark.parametrize("name, content, match", [
-    ("bad.tsv", "one\ttwo\tthree\n", "line 1: expected 'source<TAB>target', found 3"),
-    ("bad.tsv", "no tab here\n", "found 1"),
-    ("empty.tsv", "\n\n", "is empty"),
-    ("blank.tsv", "\tx\n y\t\n", "no sentence pair with text on both sides"),
-    ("bad.jsonl", '{"src": "a", "tgt": "b"}\n{oops\n', "line 2: invalid JSON"),
-    ("bad.jsonl", '{"text": "a"}\n', 'line 1: expected "src" and "tgt"'),
-    ("bad.jsonl", '{"translation": {"de": "a"}}\n', '"de" and "en"'),
-    ("bad.jsonl", '{"src": 1, "tgt": "b"}\n', "must be strings"),
-    ("bad.txt", "a\tb\n", "must end in .tsv"),
-])
+@pytest.mark.parametrize(
+    "name, content, match",
+    [
+        ("bad.tsv", "one\ttwo\tthree\n", "line 1: expected 'source<TAB>target', found 3"),
+        ("bad.tsv", "no tab here\n", "found 1"),
+        ("empty.tsv", "\n\n", "is empty"),
+        ("blank.tsv", "\tx\n y\t\n", "no sentence pair with text on both sides"),
+        ("bad.jsonl", '{"src": "a", "tgt": "b"}\n{oops\n', "line 2: invalid JSON"),
+        ("bad.jsonl", '{"text": "a"}\n', 'line 1: expected "src" and "tgt"'),
+        ("bad.jsonl", '{"translation": {"de": "a"}}\n', '"de" and "en"'),
+        ("bad.jsonl", '{"src": 1, "tgt": "b"}\n', "must be strings"),
+        ("bad.txt", "a\tb\n", "must end in .tsv"),
+    ],
+)
 def test_bad_inputs_are_one_line(tmp_path, name, content, match):
     p = tmp_path / name
     p.write_text(content)

@@ -62,7 +62,10 @@ def test_python_source_rules(fake_env, logs):
     names = [d.name for d in got.docs]
     assert got.kind == "python"
     expected = {f"stdlib/{rel}" for rel in STD_FILES} | {
-        "purelib/pkg/__init__.py", "purelib/other/copy_of_core.py", "purelib/gen/edge.py"}
+        "purelib/pkg/__init__.py",
+        "purelib/other/copy_of_core.py",
+        "purelib/gen/edge.py",
+    }
     # tests, caches, site-packages under stdlib, big and binary files: out; of identical files
     # the first in scan order (stdlib, then purelib, each sorted by path) stays
     assert set(names) == expected
@@ -106,8 +109,11 @@ def test_python_source_rejects_glob_and_empty_environment(fake_env, tmp_path, mo
         prepare(DataConfig(source="python", glob="*.py", cache_dir=str(tmp_path / "c")), log=lambda *a: None)
     empty = tmp_path / "empty"
     empty.mkdir()
-    monkeypatch.setattr(files_mod.sysconfig, "get_paths",
-                        lambda *a, **k: {"stdlib": str(empty), "purelib": str(empty), "platlib": str(empty)})
+    monkeypatch.setattr(
+        files_mod.sysconfig,
+        "get_paths",
+        lambda *a, **k: {"stdlib": str(empty), "purelib": str(empty), "platlib": str(empty)},
+    )
     with pytest.raises(UserError, match="has no .py files") as info:
         prepare(DataConfig(source="python", cache_dir=str(tmp_path / "c")), log=lambda *a: None)
     assert "\n" not in str(info.value)

@@ -53,11 +53,11 @@ def test_degenerate_inputs_are_zero_not_nan_or_warnings():
         warnings.simplefilter("error")  # no ConstantInputWarning or UndefinedMetricWarning escapes
         constant = score("pearson_spearman", [2.5, 2.5, 2.5], [1.0, 2.0, 3.0])
         assert constant == {"pearson": 0.0, "spearman": 0.0, "score": 0.0}
-        assert score("pearson_spearman", [1.0, 2.0], [3.0, 3.0])["score"] == 0.0      # constant labels
-        assert score("pearson_spearman", [1.0], [3.0])["score"] == 0.0                # one point
+        assert score("pearson_spearman", [1.0, 2.0], [3.0, 3.0])["score"] == 0.0  # constant labels
+        assert score("pearson_spearman", [1.0], [3.0])["score"] == 0.0  # one point
         assert score("pearson_spearman", [1.0, float("nan")], [1.0, 2.0])["score"] == 0.0
-        assert score("matthews", [1, 1, 1, 1], [0, 1, 0, 1])["score"] == 0.0          # one class predicted
-        assert score("f1", [0, 0, 0], [0, 0, 0])["score"] == 0.0                      # no positives anywhere
+        assert score("matthews", [1, 1, 1, 1], [0, 1, 0, 1])["score"] == 0.0  # one class predicted
+        assert score("f1", [0, 0, 0], [0, 0, 0])["score"] == 0.0  # no positives anywhere
         assert score("f1_accuracy", [0, 0], [0, 0]) == {"f1": 0.0, "accuracy": 100.0, "score": 50.0}
 
 

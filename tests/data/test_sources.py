@@ -94,6 +94,7 @@ def test_text_file_and_jsonl(tmp_path):
 
 # --- bad input: one line, a UserError, nothing in the cache ------------------------------
 
+
 def _bad_inputs(tmp_path):
     (tmp_path / "empty_dir").mkdir()
     (tmp_path / "bin_dir").mkdir()
@@ -121,8 +122,18 @@ def _bad_inputs(tmp_path):
 
 @pytest.mark.parametrize(
     "case",
-    ["missing path", "empty folder", "only binary files", "glob matches nothing", "glob on stdlib",
-     "json line without text", "invalid json", "text not a string", "empty text file", "binary text file"],
+    [
+        "missing path",
+        "empty folder",
+        "only binary files",
+        "glob matches nothing",
+        "glob on stdlib",
+        "json line without text",
+        "invalid json",
+        "text not a string",
+        "empty text file",
+        "binary text file",
+    ],
 )
 def test_bad_input_is_one_line_user_error_and_leaves_no_cache(tmp_path, case):
     kwargs, expect = _bad_inputs(tmp_path)[case]

@@ -1,5 +1,6 @@
 """Sweeps with a fine-tuning stage: the presets, the stage's validation, a tiny sweep end to end with
 its report section (He & Hofmann's table; Xiong et al.'s score along pre-training)."""
+
 import json
 
 import pytest
@@ -15,8 +16,11 @@ def test_the_downstream_presets_are_the_papers_settings():
     assert blocks == ["pre-ln", "parallel", "v-skipinit", "sas", "sas-p", "sas-p-nonorm"]
     assert {r.config.train.lr for r in he.runs} == {3e-4, 1e-3, 3e-3}  # each block at its own best rate
     assert all(r.config.model.task == "mlm" for r in he.runs)
-    assert {r.config.model.block: r.config.model.resolved("beta_ff") for r in he.runs if
-            r.config.model.resolved("beta_ff") is not None} == {b: 0.05 for b in blocks[2:]}
+    assert {
+        r.config.model.block: r.config.model.resolved("beta_ff")
+        for r in he.runs
+        if r.config.model.resolved("beta_ff") is not None
+    } == {b: 0.05 for b in blocks[2:]}
     assert len({r.config.train.steps for r in he.runs}) == 1  # equal steps
     assert he.finetune.seeds == [0, 1, 2] and len(he.finetune.tasks) == 5 and he.reference["pre-ln"]["score"]
     assert load_sweep("he-bert-gpu").finetune.epochs == 5
@@ -29,12 +33,15 @@ def test_the_downstream_presets_are_the_papers_settings():
     assert all(t.keep_checkpoints == 0 for t in xiong.values())  # every checkpoint along the way is kept
 
 
-@pytest.mark.parametrize("stage,message", [
-    ({"tasks": []}, "finetune.tasks"),
-    ({"tasks": ["wrong-operator"], "seeds": [0, 0]}, "finetune.seeds"),
-    ({"tasks": ["wrong-operator"], "epochs": 0}, "finetune.epochs"),
-    ({"tasks": ["wrong-operator"], "lr": 1}, "unknown finetune field 'lr'"),
-])
+@pytest.mark.parametrize(
+    "stage,message",
+    [
+        ({"tasks": []}, "finetune.tasks"),
+        ({"tasks": ["wrong-operator"], "seeds": [0, 0]}, "finetune.seeds"),
+        ({"tasks": ["wrong-operator"], "epochs": 0}, "finetune.epochs"),
+        ({"tasks": ["wrong-operator"], "lr": 1}, "unknown finetune field 'lr'"),
+    ],
+)
 def test_bad_finetune_stages_are_refused(stage, message):
     spec = {"name": "t", "base": {"model": {"task": "mlm"}}, "grid": {"model.block": ["pre-ln"]}, "finetune": stage}
     with pytest.raises(UserError, match=message):
@@ -49,8 +56,11 @@ def test_a_finetune_stage_needs_mlm_runs():
 @pytest.fixture(scope="module")
 def toy_task(tmp_path_factory):
     path = tmp_path_factory.mktemp("toy") / "toy.jsonl"
-    path.write_text("".join(json.dumps({"sentence": f"x = {'True' if i % 2 else 'None'}", "label": i % 2}) + "\n"
-                            for i in range(80)))
+    path.write_text(
+        "".join(
+            json.dumps({"sentence": f"x = {'True' if i % 2 else 'None'}", "label": i % 2}) + "\n" for i in range(80)
+        )
+    )
     return str(path)
 
 
@@ -58,13 +68,18 @@ def _spec(corpus_dir, toy_task, steps=None):
     stage = {"tasks": [toy_task], "seeds": [0, 1], "epochs": 1, "train.lr": 1e-3}
     if steps:
         stage["steps"] = steps
-    return {"name": "tiny-downstream", "target_run": "pre-ln",
-            "reference": {"pre-ln": {"score": "78.9 ± .7", "params": "120M", "speed": "1x"}},
-            "base": {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
-                     "model": {"task": "mlm", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
-                     "train": {"steps": 10, "batch_size": 4, "eval_every": 5, "checkpoint_every": 5,
-                               "keep_checkpoints": 0}},
-            "grid": {"model.block": ["pre-ln", "sas-p"]}, "finetune": stage}
+    return {
+        "name": "tiny-downstream",
+        "target_run": "pre-ln",
+        "reference": {"pre-ln": {"score": "78.9 ± .7", "params": "120M", "speed": "1x"}},
+        "base": {
+            "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
+            "model": {"task": "mlm", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+            "train": {"steps": 10, "batch_size": 4, "eval_every": 5, "checkpoint_every": 5, "keep_checkpoints": 0},
+        },
+        "grid": {"model.block": ["pre-ln", "sas-p"]},
+        "finetune": stage,
+    }
 
 
 def test_a_sweep_fine_tunes_its_runs_and_reports_the_table(tmp_path, corpus_dir, toy_task):
@@ -99,8 +114,10 @@ def test_checkpoints_along_pre_training_give_the_score_curve(tmp_path, corpus_di
 def test_a_run_that_diverged_in_pre_training_is_skipped_and_marked(tmp_path, corpus_dir, toy_task):
     spec = _spec(corpus_dir, toy_task)
     del spec["grid"]
-    spec["runs"] = [{"name": "pre-ln", "label": "pre-ln", "model.block": "pre-ln"}, {"name": "blowup", "label": "blow-up", "model.block": "sas-p", "train.lr": 1e4,
-                     "train.grad_clip": 0.0}]
+    spec["runs"] = [
+        {"name": "pre-ln", "label": "pre-ln", "model.block": "pre-ln"},
+        {"name": "blowup", "label": "blow-up", "model.block": "sas-p", "train.lr": 1e4, "train.grad_clip": 0.0},
+    ]
     sweep = build_sweep(spec)
     assert run_sweep(sweep, tmp_path, progress=False, log=lambda *a: None)["status"] == "completed"
     (path,) = tmp_path.glob("finetune/blowup/*/finetune.json")

@@ -1,4 +1,5 @@
 """The presets: zoo, depth, warm-up for every block, and Xiong et al.'s SGD arm, each tuned per group."""
+
 import pytest
 
 from blocklab import BLOCKS
@@ -25,8 +26,11 @@ def test_zoo_holds_every_block_and_both_options_with_two_seeds(name):
     assert cfgs["qk-norm"].model.qk_norm and cfgs["qk-norm"].model.block == "pre-ln"
     assert len(s.runs) == 3 * (len(BLOCKS) + 2)  # 3 rates x 1 tuning seed; the final seeds follow the tuning
     # one shared recipe (He & Hofmann's), nGPT alone on its paper's: no weight decay, no warm-up
-    shared = {(c.train.optimizer, c.train.weight_decay, c.train.warmup_steps, c.train.schedule)
-              for g, c in cfgs.items() if g != "ngpt"}
+    shared = {
+        (c.train.optimizer, c.train.weight_decay, c.train.warmup_steps, c.train.schedule)
+        for g, c in cfgs.items()
+        if g != "ngpt"
+    }
     assert len(shared) == 1 and next(iter(shared))[1] == 0.1 and next(iter(shared))[2] > 0
     assert len({(r.group, r.config.train.lr) for r in s.runs}) == len(s.runs)  # every block over the grid
     assert (cfgs["ngpt"].train.weight_decay, cfgs["ngpt"].train.warmup_steps) == (0.0, 0)
@@ -51,8 +55,9 @@ def test_warmup_covers_every_block(name):
     assert {b for b, _, _ in cells} == set(BLOCKS)
 
 
-@pytest.mark.parametrize("name,warmups", [("xiong-warmup", (0, 12, 100)), ("xiong-iwslt", (0, 50, 250)),
-                                          ("xiong-iwslt-gpu", (0, 500, 4000))])
+@pytest.mark.parametrize(
+    "name,warmups", [("xiong-warmup", (0, 12, 100)), ("xiong-iwslt", (0, 50, 250)), ("xiong-iwslt-gpu", (0, 500, 4000))]
+)
 def test_xiong_presets_run_adam_and_sgd_with_the_papers_rates(name, warmups):
     sweep = load_sweep(name)
     runs = [r.config for r in sweep.runs]
@@ -77,6 +82,9 @@ def test_scaling_tunes_pre_ln_sas_p_and_two_successors_at_three_sizes(name):
     assert {"pre-ln", "sas-p"} <= blocks and sum(REGISTRY[b].family == "successor" for b in blocks) == 2
     widths = [r.config.model.d_model for r in s.runs if r.group.startswith("pre-ln")]
     assert sorted(set(widths)) == sorted({w["model.d_model"] for w in s.sizes})  # tuned at every size
-    flops = [r.config.model.d_model ** 2 * r.config.model.n_layers * r.config.train.steps
-             for r in s.runs if r.group.startswith("pre-ln") and r.value == s.tunes[None].values[0]]
+    flops = [
+        r.config.model.d_model**2 * r.config.model.n_layers * r.config.train.steps
+        for r in s.runs
+        if r.group.startswith("pre-ln") and r.value == s.tunes[None].values[0]
+    ]
     assert flops == sorted(flops) and len(set(flops)) == len(flops)  # each size more compute than the last

@@ -8,10 +8,20 @@ from blocklab.training.checkpoint import load_checkpoint
 
 
 def test_grid_expands_to_named_validated_runs():
-    s = build_sweep({"name": "t", "grid": {"model.block": ["pre-ln", "sas-p"], "train.lr": [1e-3, 2e-3]},
-                     "runs": [{"label": "post-ln, no warm-up", "model.block": "post-ln", "train.warmup_steps": 0}]})
-    assert [r.name for r in s.runs] == ["pre-ln_lr0.001", "pre-ln_lr0.002", "sas-p_lr0.001", "sas-p_lr0.002",
-                                        "post-ln-no-warm-up"]
+    s = build_sweep(
+        {
+            "name": "t",
+            "grid": {"model.block": ["pre-ln", "sas-p"], "train.lr": [1e-3, 2e-3]},
+            "runs": [{"label": "post-ln, no warm-up", "model.block": "post-ln", "train.warmup_steps": 0}],
+        }
+    )
+    assert [r.name for r in s.runs] == [
+        "pre-ln_lr0.001",
+        "pre-ln_lr0.002",
+        "sas-p_lr0.001",
+        "sas-p_lr0.002",
+        "post-ln-no-warm-up",
+    ]
     assert s.runs[3].config.model.block == "sas-p" and s.runs[3].config.train.lr == 0.002
     assert s.runs[4].config.train.warmup_steps == 0
 
@@ -30,24 +40,43 @@ def test_presets_match_their_papers():
     assert {c.model.block for c in he} == {"pre-ln", "sas-p"} and all(c.model.init == "normal" for c in he)
     assert sorted({c.train.lr for c in he}) == [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
     xq = [r.config for r in quick.runs if r.experiment == "xiong"]
-    assert {(c.model.block, c.train.warmup_steps) for c in xq} == {(b, w) for b in ("post-ln", "pre-ln") for w in (0, 30)}
-    assert all((c.model.init, c.model.norm, c.train.optimizer, c.train.schedule, c.train.inv_sqrt_scale,
-                c.train.beta2) == ("xavier", "layernorm", "adam", "inv_sqrt", 30, 0.98) for c in xq)
+    assert {(c.model.block, c.train.warmup_steps) for c in xq} == {
+        (b, w) for b in ("post-ln", "pre-ln") for w in (0, 30)
+    }
+    assert all(
+        (c.model.init, c.model.norm, c.train.optimizer, c.train.schedule, c.train.inv_sqrt_scale, c.train.beta2)
+        == ("xavier", "layernorm", "adam", "inv_sqrt", 30, 0.98)
+        for c in xq
+    )
     assert sorted({c.train.lr for c in xq}) == [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
     xiong = [r for r in load_sweep("xiong-warmup").runs if r.config.train.optimizer == "adam"]  # SGD: test_presets
     assert {r.config.train.warmup_steps for r in xiong} == {0, 12, 100}
     assert all(r.config.train.schedule == "inv_sqrt" and r.config.train.inv_sqrt_scale == 100 for r in xiong)
     he = load_sweep("he-codeparrot").runs[0].config
-    assert (he.model.n_layers, he.model.d_model, he.model.n_heads, he.model.d_ff, he.data.seq_len,
-            he.train.batch_size, he.train.weight_decay, he.train.warmup_steps) == (
-        18, 768, 12, 3072, 128, 128, 0.1, 2000)
+    assert (
+        he.model.n_layers,
+        he.model.d_model,
+        he.model.n_heads,
+        he.model.d_ff,
+        he.data.seq_len,
+        he.train.batch_size,
+        he.train.weight_decay,
+        he.train.warmup_steps,
+    ) == (18, 768, 12, 3072, 128, 128, 0.1, 2000)
     assert 1e-3 in load_sweep("he-codeparrot").tunes[None].values  # the paper's rate is on the grid
     # depth, zoo, warmup and the SGD arms: tests/experiments/test_presets.py
 
 
 def test_seeds_repeat_every_run_and_group_them():
-    s = build_sweep({"name": "t", "seeds": [0, 3], "grid": {"model.block": ["pre-ln", "sas-p"]},
-                     "runs": [{"name": "post", "label": "Post-LN", "model.block": "post-ln"}], "target_run": "pre-ln"})
+    s = build_sweep(
+        {
+            "name": "t",
+            "seeds": [0, 3],
+            "grid": {"model.block": ["pre-ln", "sas-p"]},
+            "runs": [{"name": "post", "label": "Post-LN", "model.block": "post-ln"}],
+            "target_run": "pre-ln",
+        }
+    )
     assert [r.name for r in s.runs] == ["pre-ln_s0", "pre-ln_s3", "sas-p_s0", "sas-p_s3", "post_s0", "post_s3"]
     assert [r.config.train.seed for r in s.runs] == [0, 3] * 3
     assert [r.group for r in s.runs] == ["pre-ln", "pre-ln", "sas-p", "sas-p", "post", "post"]
@@ -91,11 +120,26 @@ def test_bad_sweeps_are_one_line_errors(tmp_path):
 
 
 def test_sweep_records_divergence_goes_on_and_resumes(tmp_path, overrides):
-    spec = {"name": "t", "base": overrides,
-            "runs": [{"name": "boom", "model.block": "post-ln", "model.norm": "layernorm", "model.init": "xavier",
-                      "model.d_model": 64, "model.n_layers": 4, "train.optimizer": "adam", "train.lr": 1.0,
-                      "train.warmup_steps": 0, "train.grad_clip": 0.0, "train.schedule": "constant"},
-                     {"name": "fine"}]}
+    spec = {
+        "name": "t",
+        "base": overrides,
+        "runs": [
+            {
+                "name": "boom",
+                "model.block": "post-ln",
+                "model.norm": "layernorm",
+                "model.init": "xavier",
+                "model.d_model": 64,
+                "model.n_layers": 4,
+                "train.optimizer": "adam",
+                "train.lr": 1.0,
+                "train.warmup_steps": 0,
+                "train.grad_clip": 0.0,
+                "train.schedule": "constant",
+            },
+            {"name": "fine"},
+        ],
+    }
     sweep = build_sweep(spec, {"train": {"steps": 8}})
     result = run_sweep(sweep, tmp_path / "sw", progress=False, log=lambda *a: None)
     assert result["status"] == "completed"
@@ -122,14 +166,27 @@ def test_sweep_dir_must_match(tmp_path, overrides):
 def test_sweep_probes_run_through_the_library_and_fail_in_one_line(tmp_path):
     from blocklab.experiments import run_probes
 
-    probes = {"blocks": "pre-ln", "depths": "1", "d-model": 16, "n-heads": 2, "d-ff": 32, "seq-len": 8,
-              "batch-size": 2, "vocab-size": 64, "seeds": 1, "batches": 1, "data": "random"}
+    probes = {
+        "blocks": "pre-ln",
+        "depths": "1",
+        "d-model": 16,
+        "n-heads": 2,
+        "d-ff": 32,
+        "seq-len": 8,
+        "batch-size": 2,
+        "vocab-size": 64,
+        "seeds": 1,
+        "batches": 1,
+        "data": "random",
+    }
     sweep = build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}, "probes": probes})
     logged = []
     run_probes(sweep, tmp_path, log=logged.append)
     assert (tmp_path / "probes" / "probes.json").is_file()
-    assert logged == ["init probes: --blocks pre-ln --depths 1 --d-model 16 --n-heads 2 --d-ff 32 --seq-len 8 "
-                      "--batch-size 2 --vocab-size 64 --seeds 1 --batches 1 --data random"]
+    assert logged == [
+        "init probes: --blocks pre-ln --depths 1 --d-model 16 --n-heads 2 --d-ff 32 --seq-len 8 "
+        "--batch-size 2 --vocab-size 64 --seeds 1 --batches 1 --data random"
+    ]
     bad = build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}, "probes": {**sweep.probes, "depths": "0"}})
     with pytest.raises(UserError) as e:
         run_probes(bad, tmp_path / "bad", log=lambda _: None)
@@ -141,10 +198,16 @@ TWO = {"he": {"title": "He & Hofmann", "target_run": "pre-ln"}, "xiong": {"title
 
 
 def two_experiments(**changes) -> dict:
-    spec = {"name": "t", "experiments": TWO, "seeds": [0, 1],
-            "runs": [{"name": "pre-ln", "model.block": "pre-ln", "experiment": "he"},
-                     {"name": "sas", "model.block": "sas", "experiment": "he"},
-                     {"name": "x-pre", "model.block": "pre-ln", "train.warmup_steps": 0, "experiment": "xiong"}]}
+    spec = {
+        "name": "t",
+        "experiments": TWO,
+        "seeds": [0, 1],
+        "runs": [
+            {"name": "pre-ln", "model.block": "pre-ln", "experiment": "he"},
+            {"name": "sas", "model.block": "sas", "experiment": "he"},
+            {"name": "x-pre", "model.block": "pre-ln", "train.warmup_steps": 0, "experiment": "xiong"},
+        ],
+    }
     return {**spec, **changes}
 
 
@@ -154,10 +217,17 @@ def test_experiments_tag_runs_and_reach_the_report(tmp_path):
 
     s = build_sweep(two_experiments())
     assert [(r.name, r.experiment) for r in s.runs] == [
-        ("pre-ln_s0", "he"), ("pre-ln_s1", "he"), ("sas_s0", "he"), ("sas_s1", "he"),
-        ("x-pre_s0", "xiong"), ("x-pre_s1", "xiong")]
-    assert s.experiments == {"he": {"title": "He & Hofmann", "description": "", "target_run": "pre-ln"},
-                             "xiong": {"title": "Xiong", "description": "", "target_run": "x-pre"}}
+        ("pre-ln_s0", "he"),
+        ("pre-ln_s1", "he"),
+        ("sas_s0", "he"),
+        ("sas_s1", "he"),
+        ("x-pre_s0", "xiong"),
+        ("x-pre_s1", "xiong"),
+    ]
+    assert s.experiments == {
+        "he": {"title": "He & Hofmann", "description": "", "target_run": "pre-ln"},
+        "xiong": {"title": "Xiong", "description": "", "target_run": "x-pre"},
+    }
     saved = s.to_json()  # what run_sweep writes to DIR/sweep.json, which the report reads
     assert saved["experiments"] == s.experiments and saved["runs"][4]["experiment"] == "xiong"
     (tmp_path / "sweep.json").write_text(json.dumps(saved))
@@ -165,8 +235,14 @@ def test_experiments_tag_runs_and_reach_the_report(tmp_path):
         write_run(tmp_path / "runs" / r.name, r.config.model.block, 0.01, last_step=20, steps=20)
     runs, sweep = load_runs(tmp_path)
     assert [r.experiment for r in runs] == ["he"] * 4 + ["xiong"] * 2 and sweep["experiments"] == s.experiments
-    grid = build_sweep({"name": "g", "experiments": {"only": {}}, "grid": {"model.block": ["pre-ln", "sas"]},
-                        "grid_experiment": "only"})
+    grid = build_sweep(
+        {
+            "name": "g",
+            "experiments": {"only": {}},
+            "grid": {"model.block": ["pre-ln", "sas"]},
+            "grid_experiment": "only",
+        }
+    )
     assert {r.experiment for r in grid.runs} == {"only"} and grid.experiments["only"]["title"] == "only"
     assert build_sweep({"runs": [{"name": "a"}]}).to_json()["experiments"] is None
 
@@ -180,24 +256,33 @@ def test_quick_holds_two_experiments_each_with_its_reference():
     assert quick.experiments["xiong"]["target_run"] == "xiong_pre-ln"
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"experiments": {}}, "experiments must be a non-empty table"),
-    ({"experiments": ["he"]}, "experiments must be a non-empty table"),
-    ({"experiments": {**TWO, "x y": {}}}, "experiment name 'x y' is not valid"),
-    ({"experiments": {**TWO, "_x": {}}}, "experiment name '_x' is not valid"),
-    ({"experiments": {**TWO, "he": "Pre-LN"}}, "experiments.he must be a table"),
-    ({"experiments": {**TWO, "he": {"titel": "x"}}}, "unknown field 'titel' in experiments.he"),
-    ({"experiments": {**TWO, "he": {"title": 3}}}, "experiments.he.title = 3 must be a string"),
-    ({"experiments": {**TWO, "he": {"target_run": "x-pre"}}},
-     "experiments.he.target_run 'x-pre' is not a run of that experiment; its runs: pre-ln, sas"),
-    ({"experiments": {**TWO, "more": {}}}, "experiment 'more' has no runs"),
-    ({"target_run": "pre-ln"}, "target_run and \\[experiments\\] do not go together"),
-    ({"grid_experiment": "he"}, "grid_experiment = 'he' but the sweep has no \\[grid\\]"),
-    ({"grid": {"model.block": ["sas-p", "post-ln"]}},
-     "run 'sas-p' names no experiment; give it experiment = NAME, one of he, xiong"),
-    ({"grid": {"model.block": ["sas-p", "post-ln"]}, "grid_experiment": "hee"},
-     "run 'sas-p': experiment 'hee' is not one of the sweep's experiments: he, xiong"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"experiments": {}}, "experiments must be a non-empty table"),
+        ({"experiments": ["he"]}, "experiments must be a non-empty table"),
+        ({"experiments": {**TWO, "x y": {}}}, "experiment name 'x y' is not valid"),
+        ({"experiments": {**TWO, "_x": {}}}, "experiment name '_x' is not valid"),
+        ({"experiments": {**TWO, "he": "Pre-LN"}}, "experiments.he must be a table"),
+        ({"experiments": {**TWO, "he": {"titel": "x"}}}, "unknown field 'titel' in experiments.he"),
+        ({"experiments": {**TWO, "he": {"title": 3}}}, "experiments.he.title = 3 must be a string"),
+        (
+            {"experiments": {**TWO, "he": {"target_run": "x-pre"}}},
+            "experiments.he.target_run 'x-pre' is not a run of that experiment; its runs: pre-ln, sas",
+        ),
+        ({"experiments": {**TWO, "more": {}}}, "experiment 'more' has no runs"),
+        ({"target_run": "pre-ln"}, "target_run and \\[experiments\\] do not go together"),
+        ({"grid_experiment": "he"}, "grid_experiment = 'he' but the sweep has no \\[grid\\]"),
+        (
+            {"grid": {"model.block": ["sas-p", "post-ln"]}},
+            "run 'sas-p' names no experiment; give it experiment = NAME, one of he, xiong",
+        ),
+        (
+            {"grid": {"model.block": ["sas-p", "post-ln"]}, "grid_experiment": "hee"},
+            "run 'sas-p': experiment 'hee' is not one of the sweep's experiments: he, xiong",
+        ),
+    ],
+)
 def test_bad_experiments_are_one_line_errors(changes, message):
     with pytest.raises(UserError, match=message) as e:
         build_sweep(two_experiments(**changes))

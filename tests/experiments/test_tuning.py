@@ -1,4 +1,5 @@
 """Tuned sweeps: the [tune] table, the runs it makes, final runs at each group's best, recipes and sizes."""
+
 import pytest
 
 from blocklab.errors import UserError
@@ -22,18 +23,21 @@ def test_log_spaced_grid():
     assert parse_tune({"min": 1e-3, "max": 1e-1, "points": 3}, [0]).values == (1e-3, 1e-2, 1e-1)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"values": [1e-3], "min": 1e-4}, "either values or min, max and points"),
-    ({}, "needs values"),
-    ({"values": [3e-3, 1e-3]}, "ascending"),
-    ({"values": [1e-3, 1e-3]}, "distinct"),
-    ({"values": [1e-3], "key": "lr"}, "dotted setting"),
-    ({"values": [1e-3], "key": "model.block"}, "cannot be tuned"),
-    ({"values": [1e-3], "tolerance": 0}, "tolerance"),
-    ({"values": [1e-3], "reuse": "yes"}, "reuse"),
-    ({"values": [1e-3], "seed": [1]}, "unknown field 'seed' in tune"),
-    ({"min": 1e-2, "max": 1e-3, "points": 3}, "0 < min < max"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"values": [1e-3], "min": 1e-4}, "either values or min, max and points"),
+        ({}, "needs values"),
+        ({"values": [3e-3, 1e-3]}, "ascending"),
+        ({"values": [1e-3, 1e-3]}, "distinct"),
+        ({"values": [1e-3], "key": "lr"}, "dotted setting"),
+        ({"values": [1e-3], "key": "model.block"}, "cannot be tuned"),
+        ({"values": [1e-3], "tolerance": 0}, "tolerance"),
+        ({"values": [1e-3], "reuse": "yes"}, "reuse"),
+        ({"values": [1e-3], "seed": [1]}, "unknown field 'seed' in tune"),
+        ({"min": 1e-2, "max": 1e-3, "points": 3}, "0 < min < max"),
+    ],
+)
 def test_bad_tune_tables_are_one_line_errors(spec, message):
     with pytest.raises(UserError, match=message) as e:
         parse_tune(spec, [0])
@@ -42,14 +46,16 @@ def test_bad_tune_tables_are_one_line_errors(spec, message):
 
 def test_a_tuned_sweep_runs_each_group_over_the_grid_then_its_final_seeds_at_its_best():
     s = build_sweep({"name": "t", "seeds": [0, 1], "base": BASE, "tune": {"values": [1e-3, 1e-2]}, "runs": TWO})
-    assert [r.name for r in s.runs] == ["pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2", "sas-p_lr0.001_s2",
-                                        "sas-p_lr0.01_s2"]
+    assert [r.name for r in s.runs] == ["pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2", "sas-p_lr0.001_s2", "sas-p_lr0.01_s2"]
     assert all(r.phase == "tune" and r.config.train.seed == 2 for r in s.runs)
     assert [r.config.train.lr for r in s.runs] == [1e-3, 1e-2] * 2
     finals = s.final_runs({("pre-ln", None): 1e-2, ("sas-p", None): 1e-3})
     assert [(r.name, r.config.train.lr, r.config.train.seed) for r in finals] == [
-        ("pre-ln_lr0.01_s0", 1e-2, 0), ("pre-ln_lr0.01_s1", 1e-2, 1),
-        ("sas-p_lr0.001_s0", 1e-3, 0), ("sas-p_lr0.001_s1", 1e-3, 1)]
+        ("pre-ln_lr0.01_s0", 1e-2, 0),
+        ("pre-ln_lr0.01_s1", 1e-2, 1),
+        ("sas-p_lr0.001_s0", 1e-3, 0),
+        ("sas-p_lr0.001_s1", 1e-3, 1),
+    ]
     assert s.final_runs({("pre-ln", None): 1e-2})[0].group == "pre-ln"  # a group without a best waits
     assert len(s.final_runs({("pre-ln", None): 1e-2})) == 2
     saved = s.to_json(finals)
@@ -64,20 +70,32 @@ def test_compare_seeds_move_the_default_tuning_seed():
 
 
 def test_reuse_counts_tuning_runs_at_the_best_as_final_seeds():
-    s = build_sweep({"name": "t", "seeds": [0], "base": BASE, "runs": TWO[:1],
-                     "tune": {"values": [1e-3, 1e-2], "seeds": [0, 7], "reuse": True}})
+    s = build_sweep(
+        {
+            "name": "t",
+            "seeds": [0],
+            "base": BASE,
+            "runs": TWO[:1],
+            "tune": {"values": [1e-3, 1e-2], "seeds": [0, 7], "reuse": True},
+        }
+    )
     finals = s.final_runs({("pre-ln", None): 1e-3})
     assert [r.name for r in finals] == ["pre-ln_lr0.001_s0", "pre-ln_lr0.001_s7"]
     assert {r.name for r in finals} <= {r.name for r in s.runs}  # the same runs: trained once
 
 
 def test_each_experiment_tunes_its_own_setting():
-    spec = {"name": "t", "seeds": [0, 1], "base": BASE,
-            "experiments": {"a": {"tune": {"values": [1e-3, 1e-2]}}, "b": {"title": "B"}},
-            "runs": [dict(TWO[0], experiment="a"), dict(TWO[1], experiment="b")]}
+    spec = {
+        "name": "t",
+        "seeds": [0, 1],
+        "base": BASE,
+        "experiments": {"a": {"tune": {"values": [1e-3, 1e-2]}}, "b": {"title": "B"}},
+        "runs": [dict(TWO[0], experiment="a"), dict(TWO[1], experiment="b")],
+    }
     s = build_sweep(spec)
-    assert [r.name for r in s.runs] == ["sas-p_s0", "sas-p_s1", "pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2"] or \
-        [r.name for r in s.runs] == ["pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2", "sas-p_s0", "sas-p_s1"]
+    assert [r.name for r in s.runs] == ["sas-p_s0", "sas-p_s1", "pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2"] or [
+        r.name for r in s.runs
+    ] == ["pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2", "sas-p_s0", "sas-p_s1"]
     assert s.experiments["b"]["title"] == "B" and "tune" not in s.experiments["a"]
 
 
@@ -90,10 +108,16 @@ def test_the_tuned_setting_is_the_sweeps_alone():
 
 
 def test_recipes_apply_between_the_base_and_the_groups_own_settings():
-    spec = {"name": "t", "seeds": [0], "base": {**BASE, "train": {"steps": 20, "weight_decay": 0.1}},
-            "runs": [{"name": "ngpt", "model.block": "ngpt"},
-                     {"name": "ngpt-wd", "model.block": "ngpt", "train.weight_decay": 0.05},
-                     {"name": "pre", "model.block": "pre-ln"}]}
+    spec = {
+        "name": "t",
+        "seeds": [0],
+        "base": {**BASE, "train": {"steps": 20, "weight_decay": 0.1}},
+        "runs": [
+            {"name": "ngpt", "model.block": "ngpt"},
+            {"name": "ngpt-wd", "model.block": "ngpt", "train.weight_decay": 0.05},
+            {"name": "pre", "model.block": "pre-ln"},
+        ],
+    }
     s = build_sweep(spec)
     cfg = {r.group: r.config.train for r in s.runs}
     assert (cfg["ngpt"].weight_decay, cfg["ngpt"].warmup_steps) == (0.0, 0)  # recipe over the sweep's base
@@ -108,13 +132,23 @@ def test_recipes_apply_between_the_base_and_the_groups_own_settings():
 
 
 def test_sizes_repeat_each_group_and_name_their_runs():
-    spec = {"name": "t", "seeds": [0], "base": BASE, "tune": {"values": [1e-3]}, "runs": TWO[:1],
-            "sizes": [{"model.d_model": 16, "train.steps": 10}, {"model.d_model": 32}]}
+    spec = {
+        "name": "t",
+        "seeds": [0],
+        "base": BASE,
+        "tune": {"values": [1e-3]},
+        "runs": TWO[:1],
+        "sizes": [{"model.d_model": 16, "train.steps": 10}, {"model.d_model": 32}],
+    }
     s = build_sweep(spec)
     assert [(r.name, r.config.model.d_model, r.config.train.steps) for r in s.runs] == [
-        ("pre-ln_z0_lr0.001_s1", 16, 10), ("pre-ln_z1_lr0.001_s1", 32, 20)]
+        ("pre-ln_z0_lr0.001_s1", 16, 10),
+        ("pre-ln_z1_lr0.001_s1", 32, 20),
+    ]
     finals = s.final_runs({("pre-ln", 0): 1e-3, ("pre-ln", 1): 1e-3})
-    assert [(r.name, r.group, r.size) for r in finals] == [("pre-ln_z0_lr0.001_s0", "pre-ln_z0", 0),
-                                                           ("pre-ln_z1_lr0.001_s0", "pre-ln_z1", 1)]
+    assert [(r.name, r.group, r.size) for r in finals] == [
+        ("pre-ln_z0_lr0.001_s0", "pre-ln_z0", 0),
+        ("pre-ln_z1_lr0.001_s0", "pre-ln_z1", 1),
+    ]
     with pytest.raises(UserError, match="sizes"):
         build_sweep(dict(spec, sizes=[{"d_model": 16}]))

@@ -1,4 +1,5 @@
 """verdicts.json from stored summaries: capping, best values, ranges, comparisons, Holm, claims (no training)."""
+
 import json
 
 import pytest
@@ -9,16 +10,50 @@ from blocklab.experiments.verdicts import choose_best, compute_verdicts, run_sco
 CAP = 6.0
 BASE = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, "train": {"steps": 100}}
 LRS = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
-SPEC_GROUP = {"label", "settings", "curve", "best", "best_at_edge", "stable", "trainable", "sensitivity", "seeds",
-              "scores", "mean", "sd", "ci95", "n_params", "tokens_per_s"}
-SPEC_EXPERIMENT = {"metric", "lower_is_better", "tuned", "reference", "tolerance", "cap", "tuning_runs_reused",
-                   "noise_floor", "min_detectable", "groups", "comparisons", "frontier"}
+SPEC_GROUP = {
+    "label",
+    "settings",
+    "curve",
+    "best",
+    "best_at_edge",
+    "stable",
+    "trainable",
+    "sensitivity",
+    "seeds",
+    "scores",
+    "mean",
+    "sd",
+    "ci95",
+    "n_params",
+    "tokens_per_s",
+}
+SPEC_EXPERIMENT = {
+    "metric",
+    "lower_is_better",
+    "tuned",
+    "reference",
+    "tolerance",
+    "cap",
+    "tuning_runs_reused",
+    "noise_floor",
+    "min_detectable",
+    "groups",
+    "comparisons",
+    "frontier",
+}
 
 
 def summary(score, status="completed", n_params=1000):
-    return {"status": status, "final_eval_loss": score if status == "completed" else None, "unigram_entropy": CAP,
-            "n_params": n_params, "tokens_per_s": 1000.0, "tokens": 100, "flops_per_token": 10.0,
-            "final_eval_se": 0.01}
+    return {
+        "status": status,
+        "final_eval_loss": score if status == "completed" else None,
+        "unigram_entropy": CAP,
+        "n_params": n_params,
+        "tokens_per_s": 1000.0,
+        "tokens": 100,
+        "flops_per_token": 10.0,
+        "final_eval_se": 0.01,
+    }
 
 
 def write(out, name, s):
@@ -28,10 +63,20 @@ def write(out, name, s):
 
 
 def xiong_sweep():
-    runs = [{"name": f"{b}{'_wu0' if w == 0 else ''}", "model.block": b, "train.warmup_steps": w, "experiment": "x"}
-            for b in ("post-ln", "pre-ln") for w in (10, 0)]
-    return build_sweep({"name": "t", "seeds": [0, 1, 2], "base": BASE, "runs": runs,
-                        "experiments": {"x": {"target_run": "pre-ln", "tune": {"values": LRS}}}})
+    runs = [
+        {"name": f"{b}{'_wu0' if w == 0 else ''}", "model.block": b, "train.warmup_steps": w, "experiment": "x"}
+        for b in ("post-ln", "pre-ln")
+        for w in (10, 0)
+    ]
+    return build_sweep(
+        {
+            "name": "t",
+            "seeds": [0, 1, 2],
+            "base": BASE,
+            "runs": runs,
+            "experiments": {"x": {"target_run": "pre-ln", "tune": {"values": LRS}}},
+        }
+    )
 
 
 def fill(out, sweep, curves: dict, finals: dict):
@@ -46,10 +91,18 @@ def fill(out, sweep, curves: dict, finals: dict):
     return runs, best
 
 
-XIONG_CURVES = {"post-ln": [5.0, 4.6, 4.9, None, None], "post-ln_wu0": [5.0, 4.7, None, None, None],
-                "pre-ln": [5.2, 4.58, 4.5, 4.55, None], "pre-ln_wu0": [5.2, 4.8, 4.5, 4.8, None]}
-XIONG_FINALS = {"post-ln": [4.60, 4.62, 4.61], "post-ln_wu0": [4.70, 4.72, 4.69],
-                "pre-ln": [4.50, 4.52, 4.51], "pre-ln_wu0": [4.52, 4.50, 4.53]}
+XIONG_CURVES = {
+    "post-ln": [5.0, 4.6, 4.9, None, None],
+    "post-ln_wu0": [5.0, 4.7, None, None, None],
+    "pre-ln": [5.2, 4.58, 4.5, 4.55, None],
+    "pre-ln_wu0": [5.2, 4.8, 4.5, 4.8, None],
+}
+XIONG_FINALS = {
+    "post-ln": [4.60, 4.62, 4.61],
+    "post-ln_wu0": [4.70, 4.72, 4.69],
+    "pre-ln": [4.50, 4.52, 4.51],
+    "pre-ln_wu0": [4.52, 4.50, 4.53],
+}
 
 
 def test_scores_are_capped_and_failures_score_the_cap():
@@ -64,8 +117,12 @@ def test_scores_are_capped_and_failures_score_the_cap():
 def test_xiong_claim_holds_on_ranges_and_every_spec_field_is_written(tmp_path):
     sweep = xiong_sweep()
     finals, best = fill(tmp_path, sweep, XIONG_CURVES, XIONG_FINALS)
-    assert best == {("post-ln", None): 3e-3, ("post-ln_wu0", None): 3e-3, ("pre-ln", None): 1e-2,
-                    ("pre-ln_wu0", None): 1e-2}
+    assert best == {
+        ("post-ln", None): 3e-3,
+        ("post-ln_wu0", None): 3e-3,
+        ("pre-ln", None): 1e-2,
+        ("pre-ln_wu0", None): 1e-2,
+    }
     v = compute_verdicts(sweep, tmp_path, finals)
     exp = v["experiments"]["x"]
     assert SPEC_EXPERIMENT <= set(exp) and all(SPEC_GROUP <= set(g) for g in exp["groups"].values())
@@ -116,16 +173,26 @@ def test_a_group_that_fails_everywhere_has_no_ranges(tmp_path):
 
 
 def he_sweep(seeds=(0, 1, 2)):
-    return build_sweep({"name": "h", "seeds": list(seeds), "base": BASE, "target_run": "pre-ln",
-                        "tune": {"values": LRS[:3]},
-                        "runs": [{"name": "pre-ln", "model.block": "pre-ln"}, {"name": "sas-p", "model.block": "sas-p"}]})
+    return build_sweep(
+        {
+            "name": "h",
+            "seeds": list(seeds),
+            "base": BASE,
+            "target_run": "pre-ln",
+            "tune": {"values": LRS[:3]},
+            "runs": [{"name": "pre-ln", "model.block": "pre-ln"}, {"name": "sas-p", "model.block": "sas-p"}],
+        }
+    )
 
 
-@pytest.mark.parametrize("sas_scores, status, verdict", [
-    ([4.51, 4.49, 4.52], "holds", "indistinguishable"),
-    ([4.90, 4.92, 4.91], "does not hold", "worse"),
-    ([4.58, 4.40, 4.70], "inconclusive", "indistinguishable"),  # interval reaches past +tolerance
-])
+@pytest.mark.parametrize(
+    "sas_scores, status, verdict",
+    [
+        ([4.51, 4.49, 4.52], "holds", "indistinguishable"),
+        ([4.90, 4.92, 4.91], "does not hold", "worse"),
+        ([4.58, 4.40, 4.70], "inconclusive", "indistinguishable"),  # interval reaches past +tolerance
+    ],
+)
 def test_he_claim_from_the_interval_and_the_parameter_count(tmp_path, sas_scores, status, verdict):
     sweep = he_sweep()
     for r in sweep.tuning_runs:
@@ -154,21 +221,28 @@ def test_one_seed_is_said_and_kept_out_of_holm(tmp_path):
 
 
 def test_sizes_give_a_frontier_and_a_compute_multiplier(tmp_path):
-    sweep = build_sweep({"name": "s", "seeds": [0, 1], "base": BASE, "target_run": "pre-ln",
-                         "tune": {"values": [1e-3]},
-                         "sizes": [{"train.steps": 10}, {"train.steps": 20}, {"train.steps": 40}],
-                         "runs": [{"name": "pre-ln", "model.block": "pre-ln"}, {"name": "sas-p", "model.block": "sas-p"}]})
+    sweep = build_sweep(
+        {
+            "name": "s",
+            "seeds": [0, 1],
+            "base": BASE,
+            "target_run": "pre-ln",
+            "tune": {"values": [1e-3]},
+            "sizes": [{"train.steps": 10}, {"train.steps": 20}, {"train.steps": 40}],
+            "runs": [{"name": "pre-ln", "model.block": "pre-ln"}, {"name": "sas-p", "model.block": "sas-p"}],
+        }
+    )
     for r in sweep.tuning_runs:
         write(tmp_path, r.name, summary(5.0))
     finals = sweep.final_runs(choose_best(sweep, tmp_path))
     for r in finals:
-        flops = 10.0 * 10 * 2 ** r.size  # each size twice the compute of the one before
-        loss = 5.0 * flops ** -0.1 * (0.95 if r.group.startswith("sas-p") else 1.0) + 0.001 * r.seed
-        write(tmp_path, r.name, dict(summary(loss), tokens=10 * 2 ** r.size))
+        flops = 10.0 * 10 * 2**r.size  # each size twice the compute of the one before
+        loss = 5.0 * flops**-0.1 * (0.95 if r.group.startswith("sas-p") else 1.0) + 0.001 * r.seed
+        write(tmp_path, r.name, dict(summary(loss), tokens=10 * 2**r.size))
     f = compute_verdicts(sweep, tmp_path, finals)["experiments"]["s"]["frontier"]
     assert [p["flops"] for p in f["pre-ln"]["points"]] == [100.0, 200.0, 400.0]
     assert f["pre-ln"]["fit"]["alpha"] == pytest.approx(0.1, rel=0.05) and f["pre-ln"]["multiplier"] == 1.0
     # 0.95x the loss at the same compute: Pre-LN needs 0.95^(-1/0.1) = 1.67x the compute
-    assert f["sas-p"]["multiplier"] == pytest.approx(0.95 ** -10, rel=0.05)
+    assert f["sas-p"]["multiplier"] == pytest.approx(0.95**-10, rel=0.05)
     lo, hi = f["sas-p"]["multiplier_ci95"]
     assert lo < f["sas-p"]["multiplier"] < hi

@@ -1,4 +1,5 @@
 """The classification model: pooling over padding, the head's losses, the encoder's parameter names."""
+
 import pytest
 import torch
 
@@ -52,8 +53,12 @@ def test_an_mlm_encoder_fits_the_classifier_by_name(block):
     cls = build_model(small_cfg(block, task="classification")).state_dict()
     encoder = {k: v.shape for k, v in cls.items() if not k.startswith(HEAD)}
     assert encoder and all(k in lm and lm[k].shape == s for k, s in encoder.items())
-    assert {k for k in cls if k.startswith(HEAD)} == {"pooler.weight", "pooler.bias", "classifier.weight",
-                                                       "classifier.bias"}
+    assert {k for k in cls if k.startswith(HEAD)} == {
+        "pooler.weight",
+        "pooler.bias",
+        "classifier.weight",
+        "classifier.bias",
+    }
 
 
 def test_config_validates_the_classification_fields():

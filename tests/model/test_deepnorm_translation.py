@@ -1,6 +1,7 @@
 """DeepNorm in the encoder-decoder (task="translation"; DeepNet Table 1, SPEC section 2b): the encoder's and the
 decoder's own alpha and beta, the Xavier-normal gains of both attentions and the MLP, the blocks' equations,
 and a model that trains and translates."""
+
 import inspect
 import json.decoder
 import math
@@ -18,7 +19,7 @@ N, M, D, FF = 4, 2, 128, 384  # N != M, and (3M, 2N) distinct: a swapped or deco
 
 
 def enc_constants(n, m):
-    return 0.81 * (n ** 4 * m) ** (1 / 16), 0.87 * (n ** 4 * m) ** (-1 / 16)
+    return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)
 
 
 def dec_constants(m):
@@ -36,14 +37,14 @@ def deepnorm_translation(n=N, m=M, **kw):
 def code_ids(B, T, offset=0):
     """Real-looking ids 3..92 (clear of <pad>, <mask>, <eod>): Python source, one byte per token."""
     src = inspect.getsource(json.decoder).encode()
-    ids = [b - 32 if 32 <= b < 127 else 95 for b in src if b != 13][offset: offset + B * T]
+    ids = [b - 32 if 32 <= b < 127 else 95 for b in src if b != 13][offset : offset + B * T]
     return torch.tensor(ids, dtype=torch.long).view(B, T) % 90 + 3
 
 
 def _std_kurtosis(lins):
     w = torch.cat([lin.weight.detach().flatten() for lin in lins]).double()
     std = w.std().item()
-    return std, ((w - w.mean()) ** 4).mean().item() / std ** 4
+    return std, ((w - w.mean()) ** 4).mean().item() / std**4
 
 
 def _check_gain(lins, gain, what):
@@ -146,4 +147,4 @@ def test_deepnorm_translation_trains_and_translates():
         out = m.generate(src, max_new_tokens=12, num_beams=beams)
         assert out.dtype == torch.long and out.shape[0] == 4 and out.shape[1] <= 13
         assert (out[:, 0] == EOS_ID).all()
-        assert torch.equal(out[:, 1:1 + labels.shape[1]], labels), (beams, out)
+        assert torch.equal(out[:, 1 : 1 + labels.shape[1]], labels), (beams, out)

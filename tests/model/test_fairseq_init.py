@@ -2,6 +2,7 @@
 
 fairseq's MultiheadAttention.reset_parameters: xavier_uniform_ on q/k/v at gain 1/sqrt(2), on out_proj at
 gain 1, out_proj bias 0; its FFN Linear: xavier_uniform_, bias 0."""
+
 import math
 
 import pytest
@@ -15,8 +16,18 @@ D = 256
 
 
 def cfg(task="clm", block="post-ln", **kw):
-    base = dict(block=block, task=task, vocab_size=300, d_model=D, n_layers=2, n_heads=4, d_ff=4 * D,
-                max_seq_len=32, norm="layernorm", init="xavier")
+    base = dict(
+        block=block,
+        task=task,
+        vocab_size=300,
+        d_model=D,
+        n_layers=2,
+        n_heads=4,
+        d_ff=4 * D,
+        max_seq_len=32,
+        norm="layernorm",
+        init="xavier",
+    )
     return ModelConfig(**{**base, **kw})
 
 
@@ -33,7 +44,7 @@ def test_xavier_qkv_at_gain_one_over_sqrt2_others_at_gain_one(task):
     for a in attn:
         for lin in (a.q, a.k, a.v):
             w = lin.weight
-            bound = 2 ** -0.5 * math.sqrt(6 / (2 * D))
+            bound = 2**-0.5 * math.sqrt(6 / (2 * D))
             assert w.abs().max() <= bound and w.abs().max() > 0.98 * bound  # xavier_uniform's bound
             assert w.std().item() == pytest.approx(math.sqrt(1 / (2 * D)), rel=0.02)
         w = a.proj.weight
@@ -92,8 +103,10 @@ def test_bias_false_has_no_biases_and_the_same_weights_as_before(task, init):
     with_bias = build_model(cfg(task, init=init, bias=True))
     n_mlp = sum(1 for m in model.modules() if hasattr(m, "fc1"))
     extra = 4 * D * len(attentions(model)) + (4 * D + D) * n_mlp
+
     def count(m):
         return sum(p.numel() for p in m.parameters())
+
     assert count(with_bias) - count(model) == extra
 
 
@@ -104,8 +117,19 @@ def test_normal_init_unchanged_by_the_qkv_gain():
 
 
 def test_shaped_attention_query_stays_zero():
-    model = build_model(ModelConfig(block="sas", vocab_size=300, d_model=64, n_layers=2, n_heads=4, d_ff=128,
-                                    max_seq_len=32, init="xavier", bias=True))
+    model = build_model(
+        ModelConfig(
+            block="sas",
+            vocab_size=300,
+            d_model=64,
+            n_layers=2,
+            n_heads=4,
+            d_ff=128,
+            max_seq_len=32,
+            init="xavier",
+            bias=True,
+        )
+    )
     for block in model.blocks:
         assert torch.all(block.attn.q.weight == 0)
 

@@ -1,4 +1,5 @@
 """The chunked output projection + cross-entropy equals F.cross_entropy on the full fp32 logits."""
+
 import pytest
 import torch
 import torch.nn.functional as F

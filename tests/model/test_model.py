@@ -25,8 +25,9 @@ def test_parameter_counts_at_the_paper_shape():
 
 def test_api_shapes_and_hidden_states():
     cfg = small_cfg("sas-p")
-    out = build_model(cfg)(torch.randint(0, 97, (3, 10)), labels=torch.randint(0, 97, (3, 10)),
-                           output_hidden_states=True)
+    out = build_model(cfg)(
+        torch.randint(0, 97, (3, 10)), labels=torch.randint(0, 97, (3, 10)), output_hidden_states=True
+    )
     assert out.logits.shape == (3, 10, 97)
     assert len(out.hidden_states) == cfg.n_layers + 1 and out.hidden_states[0].shape == (3, 10, 32)
     assert out.loss.ndim == 0
@@ -82,7 +83,7 @@ def test_xavier_init_scales_embeddings():
     model = build_model(small_cfg("pre-ln", init="xavier", d_model=d, vocab_size=4000))
     x0 = model.embed(torch.randint(0, 4000, (4, 24)))
     assert (x0.pow(2).sum(-1).mean() / d).item() == pytest.approx(1.0, abs=0.1)
-    assert model.tok.weight.std().item() == pytest.approx(d ** -0.5, rel=0.05)
+    assert model.tok.weight.std().item() == pytest.approx(d**-0.5, rel=0.05)
 
 
 def test_too_long_sequence_is_a_clear_error():
@@ -91,5 +92,20 @@ def test_too_long_sequence_is_a_clear_error():
 
 
 def test_all_blocks_listed():
-    assert set(BLOCKS) == {"post-ln", "pre-ln", "parallel", "v-skipinit", "shaped-vp", "sas", "sas-p", "sas-p-nonorm",
-                           "deepnorm", "rezero", "peri-ln", "mix-ln", "lns", "ngpt", "op"}
+    assert set(BLOCKS) == {
+        "post-ln",
+        "pre-ln",
+        "parallel",
+        "v-skipinit",
+        "shaped-vp",
+        "sas",
+        "sas-p",
+        "sas-p-nonorm",
+        "deepnorm",
+        "rezero",
+        "peri-ln",
+        "mix-ln",
+        "lns",
+        "ngpt",
+        "op",
+    }

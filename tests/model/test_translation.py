@@ -1,4 +1,5 @@
 """The encoder-decoder (task="translation"): causality, padding, cross-attention, KV cache, beam search."""
+
 import pytest
 import torch
 
@@ -109,7 +110,7 @@ def test_cached_decoding_equals_the_full_forward(block):
     full = m(src, mask, decoder_input_ids=tgt).logits
     memory, _ = m.encode(src, mask)
     cache = m.init_cache(memory)
-    steps = [m.decode_step(tgt[:, t:t + 1], t, cache, padding_mask(mask)) for t in range(tgt.shape[1])]
+    steps = [m.decode_step(tgt[:, t : t + 1], t, cache, padding_mask(mask)) for t in range(tgt.shape[1])]
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
     assert cache[0].k.shape[2] == tgt.shape[1]  # one key per decoded token: the prefix is never re-run
 
@@ -122,8 +123,8 @@ def test_beam_search_with_one_beam_is_greedy(block):
     mask[2, 3:] = 0
     greedy = m.generate(src, mask, max_new_tokens=12)
     beam = beam_search(m, src, mask, num_beams=1, max_new_tokens=12).tokens
-    assert torch.equal(beam, greedy[:, :beam.shape[1]])
-    assert (greedy[:, beam.shape[1]:] == PAD_ID).all()
+    assert torch.equal(beam, greedy[:, : beam.shape[1]])
+    assert (greedy[:, beam.shape[1] :] == PAD_ID).all()
 
 
 def _sequence_logprob(m, src, mask, tokens):
@@ -234,15 +235,18 @@ def test_dropout_zero_keeps_the_language_model_exact():
     torch.testing.assert_close(a(x).logits, b(x).logits, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(block="sas-p", task="translation"), "post-ln, pre-ln"),
-    (dict(block="parallel", task="translation"), "not offered for task='translation'"),
-    (dict(n_decoder_layers=2), "translation"),
-    (dict(task="translation", n_decoder_layers=0), "n_decoder_layers"),
-    (dict(dropout=1.0), "dropout"),
-    (dict(dropout=-0.1), "dropout"),
-    (dict(block="sas", dropout=0.1), "post-ln, pre-ln, parallel"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(block="sas-p", task="translation"), "post-ln, pre-ln"),
+        (dict(block="parallel", task="translation"), "not offered for task='translation'"),
+        (dict(n_decoder_layers=2), "translation"),
+        (dict(task="translation", n_decoder_layers=0), "n_decoder_layers"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(dropout=-0.1), "dropout"),
+        (dict(block="sas", dropout=0.1), "post-ln, pre-ln, parallel"),
+    ],
+)
 def test_bad_configs_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):
         ModelConfig(**{"block": "pre-ln", **kw})

@@ -1,4 +1,5 @@
 """Xiong et al. (2020) at initialisation: Xavier init, LayerNorm, ReLU."""
+
 import pytest
 import torch
 
@@ -8,8 +9,18 @@ D = 128
 
 
 def cfg(block, L):
-    return ModelConfig(block=block, vocab_size=500, d_model=D, n_layers=L, n_heads=4, d_ff=4 * D,
-                       max_seq_len=64, norm="layernorm", activation="relu", init="xavier")
+    return ModelConfig(
+        block=block,
+        vocab_size=500,
+        d_model=D,
+        n_layers=L,
+        n_heads=4,
+        d_ff=4 * D,
+        max_seq_len=64,
+        norm="layernorm",
+        activation="relu",
+        init="xavier",
+    )
 
 
 def lemma_init(model):

@@ -1,4 +1,5 @@
 """Probe quantities whose answer is known exactly."""
+
 import math
 
 import pytest
@@ -39,7 +40,7 @@ def test_lemma3_layernorm_jacobian_norm_matches_autograd(eps):
     torch.manual_seed(1)
     d = 12
     for scale, shift in ((1.0, 0.0), (0.05, 3.0), (7.0, -2.0)):
-        x = (torch.randn(d, dtype=torch.float64) * scale + shift)
+        x = torch.randn(d, dtype=torch.float64) * scale + shift
         J = torch.autograd.functional.jacobian(lambda v: F.layer_norm(v, (d,), eps=eps), x)
         assert spectral_norm(J) == pytest.approx(layernorm_jacobian_norm(x, eps).item(), rel=1e-9)
     # Lemma 3 is about the centred norm: a mean shift changes |x| but not the Jacobian norm.
@@ -76,14 +77,14 @@ def test_shaped_attention_is_the_identity_at_init(task):
     with torch.no_grad():
         hs = model(ids, output_hidden_states=True).hidden_states
     for l in range(1, 5):
-        expected = beta_sa ** 2 * model.blocks[l - 1].norm(hs[l - 1]).pow(2).sum(-1).mean().item()
+        expected = beta_sa**2 * model.blocks[l - 1].norm(hs[l - 1]).pow(2).sum(-1).mean().item()
         assert r["hidden_sq_norm"][l] == pytest.approx(expected, rel=1e-5)
-        assert r["hidden_sq_norm"][l] == pytest.approx(beta_sa ** 2 * D, rel=1e-4)
+        assert r["hidden_sq_norm"][l] == pytest.approx(beta_sa**2 * D, rel=1e-4)
     cos = r["cosine_similarity"]
     assert max(cos) - min(cos) < 1e-5
     assert max(abs(c) for c in cos) < 0.5  # random tokens: not trivially all 1
     pred = hidden_norm_prediction(model.cfg, 4)
-    assert pred["lower"][1:] == pytest.approx([beta_sa ** 2 * D] * 4)
+    assert pred["lower"][1:] == pytest.approx([beta_sa**2 * D] * 4)
 
 
 def brute_cosine(h, mask):
@@ -147,6 +148,6 @@ def test_lemma2_literal_and_constants():
 
 def test_fit_loglog_recovers_a_power_law():
     xs = [2, 4, 8, 16, 32]
-    slope, intercept = fit_loglog(xs, [3.0 * x ** -0.5 for x in xs])
+    slope, intercept = fit_loglog(xs, [3.0 * x**-0.5 for x in xs])
     assert slope == pytest.approx(-0.5) and math.exp(intercept) == pytest.approx(3.0)
     assert fit_loglog([4], [1.0]) == (None, None)

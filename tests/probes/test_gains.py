@@ -1,4 +1,5 @@
 """gain_values: flat stable keys and the exact values of every gain; plot_gains writes a figure."""
+
 import math
 
 import pytest
@@ -11,8 +12,9 @@ from blocklab.probes.gains import parse_key
 
 
 def cfg(block, n_layers=2, **kw):
-    return ModelConfig(block=block, vocab_size=50, d_model=16, n_layers=n_layers, n_heads=2, d_ff=32,
-                       max_seq_len=8, **kw)
+    return ModelConfig(
+        block=block, vocab_size=50, d_model=16, n_layers=n_layers, n_heads=2, d_ff=32, max_seq_len=8, **kw
+    )
 
 
 @torch.no_grad()

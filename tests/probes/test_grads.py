@@ -1,4 +1,5 @@
 """layer_grad_norms: every block's and role's weight-gradient norm, equal to a direct computation."""
+
 import pytest
 import torch
 import torch.nn as nn
@@ -10,8 +11,9 @@ ROLES = ("attn.q", "attn.k", "attn.v", "attn.proj", "mlp.fc1", "mlp.fc2")
 
 
 def model_after_backward(block, task="clm", n_layers=3):
-    cfg = ModelConfig(block=block, task=task, vocab_size=50, d_model=16, n_layers=n_layers, n_heads=2, d_ff=32,
-                      max_seq_len=8)
+    cfg = ModelConfig(
+        block=block, task=task, vocab_size=50, d_model=16, n_layers=n_layers, n_heads=2, d_ff=32, max_seq_len=8
+    )
     model = build_model(cfg)
     x = torch.randint(0, 50, (2, 8))
     model(x, labels=x).loss.backward()
@@ -51,9 +53,21 @@ def test_decoder_blocks_have_their_own_prefix():
     g = layer_grad_norms(model)
     want = direct(model, "decoder_blocks.")
     assert {k for k in g if k.startswith("D")} == {
-        f"D{i}.{r}" for i in range(2) for r in ("self_attn.q", "self_attn.k", "self_attn.v", "self_attn.proj",
-                                                  "cross_attn.q", "cross_attn.k", "cross_attn.v",
-                                                  "cross_attn.proj", "mlp.fc1", "mlp.fc2")}
+        f"D{i}.{r}"
+        for i in range(2)
+        for r in (
+            "self_attn.q",
+            "self_attn.k",
+            "self_attn.v",
+            "self_attn.proj",
+            "cross_attn.q",
+            "cross_attn.k",
+            "cross_attn.v",
+            "cross_attn.proj",
+            "mlp.fc1",
+            "mlp.fc2",
+        )
+    }
     for name, value in want.items():
         layer, role = name.removeprefix("decoder_blocks.").split(".", 1)
         assert g[f"D{layer}.{role}"] == pytest.approx(value, rel=1e-5)

@@ -1,4 +1,5 @@
 """Gains that live in modules (nGPT's scalings, DyT's alpha) are logged; nGPT's predictions under either init."""
+
 import torch
 
 from blocklab import ModelConfig, build_model
@@ -16,7 +17,7 @@ def test_ngpt_scalings_are_logged_as_used():
     assert {f"L{l}.{k}" for l in (0, 1) for k in ("alpha_a", "alpha_m", "s_qk", "s_uv")} == set(g)
     assert abs(g["L0.alpha_a"] - 0.05) < 1e-6 and abs(g["L1.s_qk"] - 1.0) < 1e-6
     with torch.no_grad():
-        model.blocks[1].alpha_m.s.fill_(-2 * 64 ** -0.5)  # alpha is used as |stored * 0.05 sqrt(d)|
+        model.blocks[1].alpha_m.s.fill_(-2 * 64**-0.5)  # alpha is used as |stored * 0.05 sqrt(d)|
     assert abs(gain_values(model)["L1.alpha_m"] - 0.1) < 1e-6
 
 

@@ -1,4 +1,5 @@
 """blocklab.probes.runner: `blocklab probe`'s options and work as a library (a sweep's [probes] table runs them)."""
+
 import json
 
 import pytest
@@ -6,14 +7,39 @@ import pytest
 from blocklab.errors import UserError
 from blocklab.probes.runner import parse_options, run_options
 
-TINY = ["--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--seq-len", "8", "--batch-size", "2",
-        "--vocab-size", "64", "--seeds", "1", "--batches", "1", "--data", "random", "--no-ablation", "--no-progress"]
+TINY = [
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--seq-len",
+    "8",
+    "--batch-size",
+    "2",
+    "--vocab-size",
+    "64",
+    "--seeds",
+    "1",
+    "--batches",
+    "1",
+    "--data",
+    "random",
+    "--no-ablation",
+    "--no-progress",
+]
 
 
 def test_options_have_the_commands_defaults():
     args = parse_options(["--out", "o"])
     assert (args.blocks, args.depths, args.seeds, args.data, args.ablation) == (
-        "post-ln,pre-ln,sas,sas-p", "2,4,8,16,32", 3, "stdlib", True)
+        "post-ln,pre-ln,sas,sas-p",
+        "2,4,8,16,32",
+        3,
+        "stdlib",
+        True,
+    )
 
 
 def test_run_options_writes_probes_json(tmp_path, capsys):

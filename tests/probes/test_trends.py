@@ -1,5 +1,6 @@
 """Qualitative signal-propagation trends at init on small models (Xiong et al.'s setting:
 Xavier init, LayerNorm, ReLU), measured through run_init_probes."""
+
 import json
 
 import pytest
@@ -18,8 +19,16 @@ def result(tmp_path_factory):
     torch.set_num_threads(1)  # the test machine is shared; small matrices gain little from threads
     out = tmp_path_factory.mktemp("probes")
     try:
-        r = run_init_probes(["post-ln", "pre-ln", "sas"], [2, 4, 8, 16], random_batches(V, T, B), model=XIONG,
-                            seeds=3, n_batches=1, ablation=True, out=out)
+        r = run_init_probes(
+            ["post-ln", "pre-ln", "sas"],
+            [2, 4, 8, 16],
+            random_batches(V, T, B),
+            model=XIONG,
+            seeds=3,
+            n_batches=1,
+            ablation=True,
+            out=out,
+        )
     finally:
         torch.set_num_threads(threads)
     return r, out

@@ -1,4 +1,5 @@
 """DeepNet's model update probe: the logits' change after one first Adam step, against depth."""
+
 import torch
 
 from blocklab import ModelConfig, build_model
@@ -9,8 +10,9 @@ from blocklab.probes.plots import plot_model_update
 
 def _model(block="post-ln", L=2, **kw):
     torch.manual_seed(0)
-    return build_model(ModelConfig(block=block, n_layers=L, vocab_size=64, d_model=32, n_heads=4, d_ff=64,
-                                   max_seq_len=16, **kw))
+    return build_model(
+        ModelConfig(block=block, n_layers=L, vocab_size=64, d_model=32, n_heads=4, d_ff=64, max_seq_len=16, **kw)
+    )
 
 
 def test_model_update_is_the_first_adam_step_and_restores_the_weights():
@@ -40,9 +42,15 @@ def test_probe_batch_reports_the_update_and_rezero_barely_moves():
 
 def test_deepnorm_carries_the_bounded_reference_and_grows_slower_than_post_ln(tmp_path):
     # d=64, 2 to 32 layers: slopes 0.50 (Post-LN) and 0.21 (DeepNorm) measured with `blocklab probe`
-    result = run_init_probes(["post-ln", "deepnorm", "pre-ln"], [2, 32], random_batches(512, 64, 8),
-                             model=dict(vocab_size=512, d_model=64, n_heads=4, d_ff=256), seeds=2, n_batches=1,
-                             progress=False)
+    result = run_init_probes(
+        ["post-ln", "deepnorm", "pre-ln"],
+        [2, 32],
+        random_batches(512, 64, 8),
+        model=dict(vocab_size=512, d_model=64, n_heads=4, d_ff=256),
+        seeds=2,
+        n_batches=1,
+        progress=False,
+    )
     upd = result["model_update_vs_depth"]
     assert upd["deepnorm"]["reference"]["slope"] == 0.0 and "DeepNet" in upd["deepnorm"]["reference"]["source"]
     assert upd["post-ln"]["reference"] is None and upd["pre-ln"]["reference"] is None

@@ -1,4 +1,5 @@
 """Headless Chromium for the browser test: found at /usr/bin/chromium or installed from Debian's packages."""
+
 from __future__ import annotations
 
 import fcntl
@@ -19,8 +20,10 @@ def install_chromium() -> tuple[str | None, str | None]:
     """apt-get install chromium (Debian): (path, None), or (None, why not). A lock file keeps concurrent
     test sessions from running apt-get at the same time; the session fixture runs this at most once."""
     if shutil.which("apt-get") is None:
-        return None, ("headless Chromium is needed to check report.html, /usr/bin/chromium is missing and there is "
-                      "no apt-get to install it: install Chromium from your distribution's packages")
+        return None, (
+            "headless Chromium is needed to check report.html, /usr/bin/chromium is missing and there is "
+            "no apt-get to install it: install Chromium from your distribution's packages"
+        )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     apt = ["apt-get", "-o", "DPkg::Lock::Timeout=600", "-y", "-q"]
     install = [*apt, "install", "--no-install-recommends", "chromium"]
@@ -38,8 +41,10 @@ def install_chromium() -> tuple[str | None, str | None]:
             return None, f"could not install Chromium with `apt-get install chromium`: {e}"
     if res.returncode != 0 or not Path(CHROMIUM).exists():
         tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-3:])
-        return None, ("could not install Chromium with `apt-get install chromium` (needed to check report.html "
-                      f"in a browser; run the tests as root or install it yourself): {tail}")
+        return None, (
+            "could not install Chromium with `apt-get install chromium` (needed to check report.html "
+            f"in a browser; run the tests as root or install it yourself): {tail}"
+        )
     print(f"\n[reporting tests] installed chromium in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return CHROMIUM, None
 

@@ -1,5 +1,6 @@
 """Fixtures of the report tests: a tiny real corpus and cache (as tests/training), one real tiny
 training run and tiny real init probes, both made once per session, and headless Chromium."""
+
 from __future__ import annotations
 
 import shutil
@@ -37,8 +38,15 @@ def real_run(tmp_path_factory, corpus_dir, cache_dir) -> Path:
     over = {
         "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
         "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
-        "train": {"steps": 24, "batch_size": 4, "log_every": 2, "eval_every": 8, "eval_batches": 2,
-                  "checkpoint_every": 24, "lr": 3e-3},
+        "train": {
+            "steps": 24,
+            "batch_size": 4,
+            "log_every": 2,
+            "eval_every": 8,
+            "eval_batches": 2,
+            "checkpoint_every": 24,
+            "lr": 3e-3,
+        },
     }
     out = tmp_path_factory.mktemp("real") / "runs" / "sas-p-real"
     train(load_config(None, over), out, progress=False, log=lambda *a, **k: None)
@@ -55,10 +63,37 @@ def real_probes(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("probes") / "probes"
     parser = argparse.ArgumentParser(prog="blocklab")
     probe.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["probe", "--out", str(out), "--blocks", "pre-ln,sas-p", "--depths", "1,2",
-                              "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--seq-len", "8",
-                              "--batch-size", "2", "--vocab-size", "64", "--seeds", "1", "--batches", "1",
-                              "--data", "random", "--no-ablation", "--no-progress"])
+    args = parser.parse_args(
+        [
+            "probe",
+            "--out",
+            str(out),
+            "--blocks",
+            "pre-ln,sas-p",
+            "--depths",
+            "1,2",
+            "--d-model",
+            "16",
+            "--n-heads",
+            "2",
+            "--d-ff",
+            "32",
+            "--seq-len",
+            "8",
+            "--batch-size",
+            "2",
+            "--vocab-size",
+            "64",
+            "--seeds",
+            "1",
+            "--batches",
+            "1",
+            "--data",
+            "random",
+            "--no-ablation",
+            "--no-progress",
+        ]
+    )
     assert probe.run(args) == 0
     return out
 

@@ -7,6 +7,7 @@ Pre-LN the reference (best 3e-3), SAS best at the grid's upper edge and better, 
 has Post-LN without warm-up failing at every rate (every point at the cap), Pre-LN without warm-up the
 reference, and Post-LN with warm-up indistinguishable from it.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,75 +24,251 @@ def _curve(means, failed=()):
     out = []
     for lr, m in zip(LRS, means):
         bad = lr in failed
-        out.append({"value": lr, "seeds": [3], "scores": [CAP if bad else m],
-                    "statuses": ["diverged" if bad else "completed"], "capped": [bad], "mean": CAP if bad else m})
+        out.append(
+            {
+                "value": lr,
+                "seeds": [3],
+                "scores": [CAP if bad else m],
+                "statuses": ["diverged" if bad else "completed"],
+                "capped": [bad],
+                "mean": CAP if bad else m,
+            }
+        )
     return out
 
 
-def _group(label, block, means, best, *, edge=False, stable=None, trainable=None, sensitivity=0.2, seeds=(0, 1),
-           scores=(3.5, 3.6), ci=(3.0, 4.1), failed=(), warmup=None):
+def _group(
+    label,
+    block,
+    means,
+    best,
+    *,
+    edge=False,
+    stable=None,
+    trainable=None,
+    sensitivity=0.2,
+    seeds=(0, 1),
+    scores=(3.5, 3.6),
+    ci=(3.0, 4.1),
+    failed=(),
+    warmup=None,
+):
     settings = {"model.block": block} | ({"train.warmup_steps": warmup} if warmup is not None else {})
     mean = sum(scores) / len(scores)
-    return {"label": label, "settings": settings, "curve": _curve(means, failed), "best": best,
-            "best_at_edge": edge, "stable": stable, "trainable": trainable, "sensitivity": sensitivity,
-            "seeds": list(seeds), "scores": list(scores), "mean": mean, "sd": 0.07,
-            "ci95": list(ci) if ci else None, "n_params": 1000, "tokens_per_s": 2000.0}
+    return {
+        "label": label,
+        "settings": settings,
+        "curve": _curve(means, failed),
+        "best": best,
+        "best_at_edge": edge,
+        "stable": stable,
+        "trainable": trainable,
+        "sensitivity": sensitivity,
+        "seeds": list(seeds),
+        "scores": list(scores),
+        "mean": mean,
+        "sd": 0.07,
+        "ci95": list(ci) if ci else None,
+        "n_params": 1000,
+        "tokens_per_s": 2000.0,
+    }
 
 
 def verdicts() -> dict:
     he_groups = {
-        "pre-ln": _group("Pre-LN", "pre-ln", [3.8, 3.55, 3.9], 3e-3, stable=[3e-3, 3e-3], trainable=[1e-3, 1e-2],
-                         scores=(3.5, 3.6), ci=(2.91, 4.19)),
-        "sas": _group("SAS", "sas", [3.9, 3.5, 3.25], 1e-2, edge=True, stable=[1e-2, 1e-2], trainable=[1e-3, 1e-2],
-                      scores=(3.2, 3.3), ci=(2.61, 3.89)),
-        "sas-p": _group("SAS-P", "sas-p", [3.7, 3.6, 3.65], 3e-3, stable=[1e-3, 1e-2], trainable=[1e-3, 1e-2],
-                        seeds=(0,), scores=(3.65,), ci=None),
+        "pre-ln": _group(
+            "Pre-LN",
+            "pre-ln",
+            [3.8, 3.55, 3.9],
+            3e-3,
+            stable=[3e-3, 3e-3],
+            trainable=[1e-3, 1e-2],
+            scores=(3.5, 3.6),
+            ci=(2.91, 4.19),
+        ),
+        "sas": _group(
+            "SAS",
+            "sas",
+            [3.9, 3.5, 3.25],
+            1e-2,
+            edge=True,
+            stable=[1e-2, 1e-2],
+            trainable=[1e-3, 1e-2],
+            scores=(3.2, 3.3),
+            ci=(2.61, 3.89),
+        ),
+        "sas-p": _group(
+            "SAS-P",
+            "sas-p",
+            [3.7, 3.6, 3.65],
+            3e-3,
+            stable=[1e-3, 1e-2],
+            trainable=[1e-3, 1e-2],
+            seeds=(0,),
+            scores=(3.65,),
+            ci=None,
+        ),
     }
-    he = {"title": "He & Hofmann", "metric": "final_eval_loss", "lower_is_better": True, "tuned": "train.lr",
-          "reference": "pre-ln", "tolerance": 0.1, "cap": CAP, "tuning_runs_reused": False,
-          "noise_floor": 0.0707, "min_detectable": 0.31, "values": LRS, "eval_noise": 0.004,
-          "sizes": [{"model.d_model": 32}, {"model.d_model": 64}], "groups": he_groups,
-          "comparisons": {"sas": {"against": "pre-ln", "difference": -0.3, "ci95": [-0.45, -0.15], "p": 0.004,
-                                  "p_holm": 0.012, "verdict": "better"},
-                          "sas-p": {"against": "pre-ln", "difference": 0.1, "ci95": None, "p": None,
-                                    "p_holm": None, "verdict": "one seed"}},
-          "frontier": {g: {"points": [{"size": i, "flops": f, "best": 3e-3, "seeds": [0, 1], "scores": [m, m + 0.1],
-                                       "mean": m + 0.05, "ci95": [m - 0.2, m + 0.3]}
-                                      for i, (f, m) in enumerate([(1e12, 4.0 + k), (8e12, 3.5 + k)])],
-                           "fit": {"a": 10.0 + k, "alpha": 0.035}, "multiplier": 1.0 if g == "pre-ln" else 1.8,
-                           "multiplier_ci95": [1.0, 1.0] if g == "pre-ln" else [1.2, 2.6]}
-                       for g, k in (("pre-ln", 0.0), ("sas", -0.2))}}
+    he = {
+        "title": "He & Hofmann",
+        "metric": "final_eval_loss",
+        "lower_is_better": True,
+        "tuned": "train.lr",
+        "reference": "pre-ln",
+        "tolerance": 0.1,
+        "cap": CAP,
+        "tuning_runs_reused": False,
+        "noise_floor": 0.0707,
+        "min_detectable": 0.31,
+        "values": LRS,
+        "eval_noise": 0.004,
+        "sizes": [{"model.d_model": 32}, {"model.d_model": 64}],
+        "groups": he_groups,
+        "comparisons": {
+            "sas": {
+                "against": "pre-ln",
+                "difference": -0.3,
+                "ci95": [-0.45, -0.15],
+                "p": 0.004,
+                "p_holm": 0.012,
+                "verdict": "better",
+            },
+            "sas-p": {
+                "against": "pre-ln",
+                "difference": 0.1,
+                "ci95": None,
+                "p": None,
+                "p_holm": None,
+                "verdict": "one seed",
+            },
+        },
+        "frontier": {
+            g: {
+                "points": [
+                    {
+                        "size": i,
+                        "flops": f,
+                        "best": 3e-3,
+                        "seeds": [0, 1],
+                        "scores": [m, m + 0.1],
+                        "mean": m + 0.05,
+                        "ci95": [m - 0.2, m + 0.3],
+                    }
+                    for i, (f, m) in enumerate([(1e12, 4.0 + k), (8e12, 3.5 + k)])
+                ],
+                "fit": {"a": 10.0 + k, "alpha": 0.035},
+                "multiplier": 1.0 if g == "pre-ln" else 1.8,
+                "multiplier_ci95": [1.0, 1.0] if g == "pre-ln" else [1.2, 2.6],
+            }
+            for g, k in (("pre-ln", 0.0), ("sas", -0.2))
+        },
+    }
     xiong_groups = {
-        "post-ln_wu0": _group("Post-LN, no warm-up", "post-ln", [CAP] * 3, 1e-3, stable=None, trainable=None,
-                              sensitivity=None, edge=None, scores=(CAP, CAP), ci=(CAP, CAP), failed=LRS, warmup=0),
-        "pre-ln_wu0": _group("Pre-LN, no warm-up", "pre-ln", [3.9, 3.7, 3.8], 3e-3, stable=[1e-3, 1e-2],
-                             trainable=[1e-3, 1e-2], warmup=0, scores=(3.7, 3.8), ci=(3.06, 4.44)),
-        "post-ln_wu": _group("Post-LN, warm-up 60", "post-ln", [3.9, 3.75, 4.4], 3e-3, stable=[1e-3, 3e-3],
-                             trainable=[1e-3, 3e-3], warmup=60, scores=(3.75, 3.85), ci=(3.11, 4.49),
-                             failed=[1e-2]),
+        "post-ln_wu0": _group(
+            "Post-LN, no warm-up",
+            "post-ln",
+            [CAP] * 3,
+            1e-3,
+            stable=None,
+            trainable=None,
+            sensitivity=None,
+            edge=None,
+            scores=(CAP, CAP),
+            ci=(CAP, CAP),
+            failed=LRS,
+            warmup=0,
+        ),
+        "pre-ln_wu0": _group(
+            "Pre-LN, no warm-up",
+            "pre-ln",
+            [3.9, 3.7, 3.8],
+            3e-3,
+            stable=[1e-3, 1e-2],
+            trainable=[1e-3, 1e-2],
+            warmup=0,
+            scores=(3.7, 3.8),
+            ci=(3.06, 4.44),
+        ),
+        "post-ln_wu": _group(
+            "Post-LN, warm-up 60",
+            "post-ln",
+            [3.9, 3.75, 4.4],
+            3e-3,
+            stable=[1e-3, 3e-3],
+            trainable=[1e-3, 3e-3],
+            warmup=60,
+            scores=(3.75, 3.85),
+            ci=(3.11, 4.49),
+            failed=[1e-2],
+        ),
     }
-    xiong = {"title": "Xiong et al.", "metric": "final_eval_loss", "lower_is_better": True, "tuned": "train.lr",
-             "reference": "pre-ln_wu0", "tolerance": 0.1, "cap": CAP, "tuning_runs_reused": True,
-             "noise_floor": 0.0707, "min_detectable": 0.31, "values": LRS, "eval_noise": None, "sizes": None,
-             "groups": xiong_groups,
-             "comparisons": {"post-ln_wu0": {"against": "pre-ln_wu0", "difference": 1.75, "ci95": [1.6, 1.9],
-                                             "p": 0.001, "p_holm": 0.003, "verdict": "worse"},
-                             "post-ln_wu": {"against": "pre-ln_wu0", "difference": 0.05, "ci95": [-0.12, 0.22],
-                                            "p": 0.4, "p_holm": 0.4, "verdict": "indistinguishable"}}}
+    xiong = {
+        "title": "Xiong et al.",
+        "metric": "final_eval_loss",
+        "lower_is_better": True,
+        "tuned": "train.lr",
+        "reference": "pre-ln_wu0",
+        "tolerance": 0.1,
+        "cap": CAP,
+        "tuning_runs_reused": True,
+        "noise_floor": 0.0707,
+        "min_detectable": 0.31,
+        "values": LRS,
+        "eval_noise": None,
+        "sizes": None,
+        "groups": xiong_groups,
+        "comparisons": {
+            "post-ln_wu0": {
+                "against": "pre-ln_wu0",
+                "difference": 1.75,
+                "ci95": [1.6, 1.9],
+                "p": 0.001,
+                "p_holm": 0.003,
+                "verdict": "worse",
+            },
+            "post-ln_wu": {
+                "against": "pre-ln_wu0",
+                "difference": 0.05,
+                "ci95": [-0.12, 0.22],
+                "p": 0.4,
+                "p_holm": 0.4,
+                "verdict": "indistinguishable",
+            },
+        },
+    }
     claims = [
-        {"paper": "He & Hofmann 2023", "claim": "simplified blocks train as fast per step as Pre-LN",
-         "status": "holds", "why": "SAS's interval against Pre-LN ends at -0.15, below +0.1", "experiment": "he"},
-        {"paper": "Xiong et al. 2020", "claim": "Post-LN needs warm-up", "status": "inconclusive",
-         "why": "SAS's best is at the grid's edge.", "experiment": "xiong"},
-        {"paper": "Wortsman et al. 2023", "claim": "qk-norm widens the stable range", "status": "does not hold",
-         "why": "no experiment of this sweep tests it"},
+        {
+            "paper": "He & Hofmann 2023",
+            "claim": "simplified blocks train as fast per step as Pre-LN",
+            "status": "holds",
+            "why": "SAS's interval against Pre-LN ends at -0.15, below +0.1",
+            "experiment": "he",
+        },
+        {
+            "paper": "Xiong et al. 2020",
+            "claim": "Post-LN needs warm-up",
+            "status": "inconclusive",
+            "why": "SAS's best is at the grid's edge.",
+            "experiment": "xiong",
+        },
+        {
+            "paper": "Wortsman et al. 2023",
+            "claim": "qk-norm widens the stable range",
+            "status": "does not hold",
+            "why": "no experiment of this sweep tests it",
+        },
     ]
     return {"sweep": "tuned", "experiments": {"he": he, "xiong": xiong}, "claims": claims}
 
 
 # (experiment, group, block, warm-up, final loss at step 200 of seed 0)
-GROUPS = [("he", "pre-ln", "pre-ln", 10, 3.5), ("he", "sas", "sas", 10, 3.2), ("he", "sas-p", "sas-p", 10, 3.65),
-          ("xiong", "pre-ln_wu0", "pre-ln", 0, 3.7), ("xiong", "post-ln_wu", "post-ln", 60, 3.75)]
+GROUPS = [
+    ("he", "pre-ln", "pre-ln", 10, 3.5),
+    ("he", "sas", "sas", 10, 3.2),
+    ("he", "sas-p", "sas-p", 10, 3.65),
+    ("xiong", "pre-ln_wu0", "pre-ln", 0, 3.7),
+    ("xiong", "post-ln_wu", "post-ln", 60, 3.75),
+]
 TUNING = ["he_pre-ln_lr0.001_s3", "he_pre-ln_lr0.01_s3", "he_sas_lr0.001_s3"]
 REUSED = "xiong_pre-ln_wu0_lr0.003_s3"  # xiong reuses tuning runs: its tuning run at the best lr is a final seed too
 
@@ -102,20 +279,56 @@ def make_tuned_sweep(root: Path, with_verdicts: bool = True) -> Path:
         lr = 1e-2 if group == "sas" else 3e-3
         for seed in (0,) if group == "sas-p" else (0, 1):
             name = f"{exp}_{group}_s{seed}"
-            write_run(root / "runs" / name, block, (6.0 - final - 0.1 * seed) / 200, last_step=200, lr=lr,
-                      warmup=warmup, seed=seed)
-            runs.append({"name": name, "label": f"{group}, seed {seed}", "group": f"{exp}_{group}",
-                         "group_label": group, "seed": seed, "experiment": exp, "dir": f"runs/{name}"})
+            write_run(
+                root / "runs" / name,
+                block,
+                (6.0 - final - 0.1 * seed) / 200,
+                last_step=200,
+                lr=lr,
+                warmup=warmup,
+                seed=seed,
+            )
+            runs.append(
+                {
+                    "name": name,
+                    "label": f"{group}, seed {seed}",
+                    "group": f"{exp}_{group}",
+                    "group_label": group,
+                    "seed": seed,
+                    "experiment": exp,
+                    "dir": f"runs/{name}",
+                }
+            )
     for name in TUNING + [REUSED]:
         write_run(root / "runs" / name, "pre-ln", 0.01, last_step=200, lr=1e-3, seed=3)
-        tuning.append({"name": name, "label": name, "group": name.rsplit("_", 2)[0], "seed": 3,
-                       "experiment": name.split("_", 1)[0], "dir": f"runs/{name}", "value": 1e-3, "size": None})
+        tuning.append(
+            {
+                "name": name,
+                "label": name,
+                "group": name.rsplit("_", 2)[0],
+                "seed": 3,
+                "experiment": name.split("_", 1)[0],
+                "dir": f"runs/{name}",
+                "value": 1e-3,
+                "size": None,
+            }
+        )
     runs.append(dict(tuning[-1], group="xiong_pre-ln_wu0", group_label="pre-ln_wu0"))  # the reused one
     write_run(root / "replaced" / "runs" / "he_pre-ln_s0", "pre-ln", 0.001, last_step=200, seed=0)  # moved aside
-    (root / "sweep.json").write_text(json.dumps({
-        "name": "tuned", "description": "A tuned comparison.", "runs": runs, "tuning": tuning,
-        "experiments": {"he": {"title": "He & Hofmann", "description": "", "target_run": "he_pre-ln"},
-                        "xiong": {"title": "Xiong et al.", "description": "", "target_run": "xiong_pre-ln_wu0"}}}))
+    (root / "sweep.json").write_text(
+        json.dumps(
+            {
+                "name": "tuned",
+                "description": "A tuned comparison.",
+                "runs": runs,
+                "tuning": tuning,
+                "experiments": {
+                    "he": {"title": "He & Hofmann", "description": "", "target_run": "he_pre-ln"},
+                    "xiong": {"title": "Xiong et al.", "description": "", "target_run": "xiong_pre-ln_wu0"},
+                },
+            }
+        )
+    )
     if with_verdicts:
         (root / "verdicts.json").write_text(json.dumps(verdicts(), indent=1))
     return root

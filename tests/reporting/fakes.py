@@ -1,5 +1,6 @@
 """Fake but realistic run folders (the trainer's file formats), with losses chosen so the expected
 table values can be worked out by hand."""
+
 from __future__ import annotations
 
 import json
@@ -26,16 +27,44 @@ def gains_for(block: str, step: int) -> dict:
     return out
 
 
-def write_run(path: Path, block: str, slope: float, *, last_step: int, steps: int = 200, log_every: int = 10,
-              eval_every: int = 50, status: str | None = "completed", lr: float = 1e-3, speed: float = 1000.0,
-              n_params: int = 12_345, diverged_step: int | None = None, partial_line: bool = False,
-              extra_eval_steps=(), warmup: int = 10, seed: int = 0, unigram_entropy: float | None = None) -> Path:
+def write_run(
+    path: Path,
+    block: str,
+    slope: float,
+    *,
+    last_step: int,
+    steps: int = 200,
+    log_every: int = 10,
+    eval_every: int = 50,
+    status: str | None = "completed",
+    lr: float = 1e-3,
+    speed: float = 1000.0,
+    n_params: int = 12_345,
+    diverged_step: int | None = None,
+    partial_line: bool = False,
+    extra_eval_steps=(),
+    warmup: int = 10,
+    seed: int = 0,
+    unigram_entropy: float | None = None,
+) -> Path:
     """A run whose logged training loss at step s is 6 - slope * s (steps log_every..last_step);
     eval loss 6.1 - slope * s every eval_every steps; summary.json unless status is None."""
     path.mkdir(parents=True, exist_ok=True)
-    cfg = load_config(None, {"model": dict(TINY_MODEL, block=block), "data": {"seq_len": 32, "vocab_size": 512},
-                             "train": {"steps": steps, "lr": lr, "log_every": log_every, "eval_every": eval_every,
-                                       "warmup_steps": warmup, "seed": seed}})
+    cfg = load_config(
+        None,
+        {
+            "model": dict(TINY_MODEL, block=block),
+            "data": {"seq_len": 32, "vocab_size": 512},
+            "train": {
+                "steps": steps,
+                "lr": lr,
+                "log_every": log_every,
+                "eval_every": eval_every,
+                "warmup_steps": warmup,
+                "seed": seed,
+            },
+        },
+    )
     (path / "config.toml").write_text(to_toml(cfg))
     rows, evals = [], []
     eval_steps = sorted(set(range(eval_every, last_step + 1, eval_every)) | set(extra_eval_steps))
@@ -53,12 +82,24 @@ def write_run(path: Path, block: str, slope: float, *, last_step: int, steps: in
         text += '{"step": ' + str(last_step + log_every) + ', "loss": 3.2, "lr": 0.0'  # killed mid-write
     (path / "metrics.jsonl").write_text(text)
     if status is not None:
-        summary = {"status": status, "step": last_step if status != "diverged" else diverged_step - 1,
-                   "steps": steps, "block": block, "task": "clm", "n_params": n_params,
-                   "initial_loss": 6.0, "final_loss": 6.0 - slope * last_step,
-                   "final_eval_loss": evals[-1] if evals else None, "best_eval_loss": min(evals) if evals else None,
-                   "tokens": last_step * 128, "tokens_per_s": speed, "wall_time_s": last_step * 128 / speed,
-                   "world_size": 1, "device": "cpu", "precision": "fp32"}
+        summary = {
+            "status": status,
+            "step": last_step if status != "diverged" else diverged_step - 1,
+            "steps": steps,
+            "block": block,
+            "task": "clm",
+            "n_params": n_params,
+            "initial_loss": 6.0,
+            "final_loss": 6.0 - slope * last_step,
+            "final_eval_loss": evals[-1] if evals else None,
+            "best_eval_loss": min(evals) if evals else None,
+            "tokens": last_step * 128,
+            "tokens_per_s": speed,
+            "wall_time_s": last_step * 128 / speed,
+            "world_size": 1,
+            "device": "cpu",
+            "precision": "fp32",
+        }
         if diverged_step is not None:
             summary.update(diverged_step=diverged_step, diverged_loss=float("nan"))
         if unigram_entropy is not None:
@@ -74,18 +115,27 @@ def make_fake_sweep(root: Path, with_sweep_json: bool = True) -> Path:
     one without summary.json (still running: last logged step 120, loss 3.12) whose last line is partial."""
     runs = root / "runs"
     write_run(runs / "pre-ln", "pre-ln", 0.015, last_step=200, speed=2000.0, n_params=1_234_567)
-    write_run(runs / "sas-p", "sas-p", 0.0125, last_step=200, speed=2500.0, n_params=1_034_567,
-              extra_eval_steps=(25,))
+    write_run(runs / "sas-p", "sas-p", 0.0125, last_step=200, speed=2500.0, n_params=1_034_567, extra_eval_steps=(25,))
     write_run(runs / "post-ln", "post-ln", 0.02, last_step=90, status="diverged", diverged_step=95, lr=3e-3)
     write_run(runs / "sas", "sas", 0.024, last_step=120, status=None, partial_line=True)
     if with_sweep_json:
-        (root / "sweep.json").write_text(json.dumps({
-            "name": "fake-sweep", "description": "Four blocks on a made-up loss curve.",
-            "expected_cost": "a few seconds", "base": {}, "probes": None,
-            "runs": [{"name": "sas-p", "label": "SAS-P", "overrides": {"model": {"block": "sas-p"}}},
-                     {"name": "pre-ln", "label": "Pre-LN", "overrides": {"model": {"block": "pre-ln"}}},
-                     {"name": "post-ln", "label": "Post-LN lr=3e-3", "overrides": {"train": {"lr": 3e-3}}},
-                     {"name": "sas", "label": "SAS", "overrides": {"model": {"block": "sas"}}}]}))
+        (root / "sweep.json").write_text(
+            json.dumps(
+                {
+                    "name": "fake-sweep",
+                    "description": "Four blocks on a made-up loss curve.",
+                    "expected_cost": "a few seconds",
+                    "base": {},
+                    "probes": None,
+                    "runs": [
+                        {"name": "sas-p", "label": "SAS-P", "overrides": {"model": {"block": "sas-p"}}},
+                        {"name": "pre-ln", "label": "Pre-LN", "overrides": {"model": {"block": "pre-ln"}}},
+                        {"name": "post-ln", "label": "Post-LN lr=3e-3", "overrides": {"train": {"lr": 3e-3}}},
+                        {"name": "sas", "label": "SAS", "overrides": {"model": {"block": "sas"}}},
+                    ],
+                }
+            )
+        )
     return root
 
 
@@ -105,11 +155,26 @@ def make_experiment_sweep(root: Path) -> Path:
     for (block, warmup), final in xiong.items():
         name = f"xiong_{block}" + ("_wu0" if warmup == 0 else "")
         write_run(runs / name, block, (6.0 - final) / 200, last_step=200, lr=1e-3, warmup=warmup)
-        entries.append({"name": name, "label": f"{block} wu{warmup} (Xiong)", "group": name, "experiment": "xiong",
-                        "overrides": {}})
-    (root / "sweep.json").write_text(json.dumps({
-        "name": "two-experiments", "description": "Two papers in one sweep.", "runs": entries,
-        "experiments": {"he": {"title": "He & Hofmann", "description": "The simplified blocks.",
-                               "target_run": "pre-ln"},
-                        "xiong": {"title": "Xiong et al.", "description": "Warm-up.", "target_run": "xiong_pre-ln"}}}))
+        entries.append(
+            {
+                "name": name,
+                "label": f"{block} wu{warmup} (Xiong)",
+                "group": name,
+                "experiment": "xiong",
+                "overrides": {},
+            }
+        )
+    (root / "sweep.json").write_text(
+        json.dumps(
+            {
+                "name": "two-experiments",
+                "description": "Two papers in one sweep.",
+                "runs": entries,
+                "experiments": {
+                    "he": {"title": "He & Hofmann", "description": "The simplified blocks.", "target_run": "pre-ln"},
+                    "xiong": {"title": "Xiong et al.", "description": "Warm-up.", "target_run": "xiong_pre-ln"},
+                },
+            }
+        )
+    )
     return root

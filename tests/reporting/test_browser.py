@@ -1,6 +1,7 @@
 """The report in a real browser: headless Chromium loads report.html from disk (offline) and every
 figure decodes and every run is in the table. A sweep of fake runs plus one real training run and
 real init probes, as `blocklab compare` lays them out."""
+
 import html
 import json
 import re
@@ -32,9 +33,21 @@ window.addEventListener("load", function () {
 
 
 def chromium_dom(chromium: str, page, profile) -> str:
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()]
+    cmd = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        page.as_uri(),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, f"chromium failed ({res.returncode}): {res.stderr[-2000:]}"
     return res.stdout
@@ -85,7 +98,8 @@ def test_report_in_headless_chromium(full_sweep, chromium, tmp_path):
     assert not broken, f"figures that did not load: {broken}"
     labels = [r["label"] for r in result["rows"]]
     # by family (classic, then simplified), then block in registry order; one block's runs in the sweep's order
-    assert labels == [r.label for r in full_sweep.runs] == ["Post-LN lr=3e-3", "Pre-LN", "SAS", "SAS-P",
-                                                           "runs/sas-p-real"]
+    assert (
+        labels == [r.label for r in full_sweep.runs] == ["Post-LN lr=3e-3", "Pre-LN", "SAS", "SAS-P", "runs/sas-p-real"]
+    )
     statuses = [r["status"] for r in result["rows"]]
     assert statuses[0] == "diverged at step 95" and statuses[2] == "running/unknown (step 120/200)"

@@ -1,4 +1,5 @@
 """The sentences under the probe and gain figures come from the numbers those figures draw."""
+
 import json
 
 from blocklab.reporting import load_runs

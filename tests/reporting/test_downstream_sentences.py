@@ -1,4 +1,5 @@
 """The downstream section's sentences: the step at which one run reaches another's final score."""
+
 from blocklab.reporting.downstream import reach_sentences
 
 

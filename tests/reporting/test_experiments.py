@@ -1,6 +1,7 @@
 """A sweep that holds several experiments (sweep.json's `experiments` and each run's `experiment` tag) gets one
 part per experiment: its own section, settings, table, loss figures and target against its own reference run.
 The settings every run shares are shown once; the tables show only what differs between their runs."""
+
 import json
 import re
 
@@ -36,8 +37,11 @@ def test_two_sections_with_two_loss_figures_each(report):
         part = md[lo:hi]
         assert "### Runs" in part and "### Training loss" in part and "### Evaluation loss" in part
         images = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", part)
-        assert images == [f"figures/loss_vs_step_{pid}.png", f"figures/loss_vs_time_{pid}.png",
-                          f"figures/eval_loss_{pid}.png"]
+        assert images == [
+            f"figures/loss_vs_step_{pid}.png",
+            f"figures/loss_vs_time_{pid}.png",
+            f"figures/eval_loss_{pid}.png",
+        ]
         for rel in images:
             assert (report.root / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Target loss 3: the final smoothed training loss of the reference run PRE-LN" in md[he_at:xiong_at]
@@ -58,8 +62,12 @@ def test_each_loss_figure_draws_its_own_target(tmp_path, monkeypatch):
 
     monkeypatch.setattr(F, "plot_train_loss", spy)
     generate_report(make_experiment_sweep(tmp_path / "sweep"))
-    assert set(drawn) == {"loss_vs_step_he.png", "loss_vs_time_he.png", "loss_vs_step_xiong.png",
-                          "loss_vs_time_xiong.png"}
+    assert set(drawn) == {
+        "loss_vs_step_he.png",
+        "loss_vs_time_he.png",
+        "loss_vs_step_xiong.png",
+        "loss_vs_time_xiong.png",
+    }
     assert drawn["loss_vs_step_he.png"] == (pytest.approx(3.0), ["runs/pre-ln", "runs/sas", "runs/sas-p"])
     value, runs = drawn["loss_vs_time_xiong.png"]
     assert value == pytest.approx(3.6) and len(runs) == 4 and all("xiong" in r for r in runs)

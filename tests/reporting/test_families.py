@@ -1,5 +1,6 @@
 """A family of a dozen blocks stays readable: every block its own colour, every family its own line style,
 legends and tables ordered by family, then block, the tables grouped by family."""
+
 from pathlib import Path
 
 from blocklab.blocks import REGISTRY

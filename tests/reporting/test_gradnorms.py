@@ -1,4 +1,5 @@
 """The gradient-norm figure and table: drawn from runs that logged `grad/` keys, None for runs without."""
+
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,16 @@ def made_up(name, block, warmup, steps=(1, 10, 20, 30), growth=2.0, stack="L"):
         row = {"step": s, "loss": 5.0}
         for layer in range(3):
             for role in ("attn.v", "mlp.fc2"):
-                row[f"grad/{stack}{layer}.{role}"] = growth ** layer if s == 1 else 1.0
+                row[f"grad/{stack}{layer}.{role}"] = growth**layer if s == 1 else 1.0
         rows.append(row)
     rows.insert(2, {"step": 15, "eval_loss": 5.0})  # a row without gradient norms
-    return Run(path=Path(name), name=name, label=name, rows=rows,
-               config={"model": {"block": block}, "train": {"warmup_steps": warmup}})
+    return Run(
+        path=Path(name),
+        name=name,
+        label=name,
+        rows=rows,
+        config={"model": {"block": block}, "train": {"warmup_steps": warmup}},
+    )
 
 
 def test_the_figure_of_a_real_run(real_run, tmp_path):
@@ -43,8 +49,11 @@ def test_no_gradient_norms_no_figure(tmp_path):
 
 
 def test_moments_and_last_over_first_layer_ratios(tmp_path):
-    runs = [made_up("post-ln w20", "post-ln", 20), made_up("post-ln w0", "post-ln", 0, growth=4.0),
-            made_up("pre-ln w50", "pre-ln", 50, growth=1.0)]
+    runs = [
+        made_up("post-ln w20", "post-ln", 20),
+        made_up("post-ln w0", "post-ln", 0, growth=4.0),
+        made_up("pre-ln w50", "pre-ln", 50, growth=1.0),
+    ]
     assert [r["step"] if r else None for r in moments(runs[0]).values()] == [1, 20, 30]
     assert moments(runs[1])["warmup"] is None  # no warm-up
     assert moments(runs[2])["warmup"] is None  # warm-up not reached

@@ -1,5 +1,6 @@
 """Seeds: a sweep's runs over seeds are averaged (mean ± sd) in the table, the curves, the heat map and the
 sentences under the figures, whose numbers are worked out by hand from the fake losses (6 - slope * step)."""
+
 import json
 import math
 
@@ -24,14 +25,40 @@ def seeded(tmp_path_factory):
             for seed in (0, 1):
                 name = f"{group}_s{seed}"
                 if (block, warmup) == ("post-ln", 0):  # stalled at the unigram entropy at step 100
-                    write_run(root / "runs" / name, block, 0.0, last_step=100, status="stalled", lr=lr,
-                              warmup=0, seed=seed, unigram_entropy=H)
+                    write_run(
+                        root / "runs" / name,
+                        block,
+                        0.0,
+                        last_step=100,
+                        status="stalled",
+                        lr=lr,
+                        warmup=0,
+                        seed=seed,
+                        unigram_entropy=H,
+                    )
                 else:
                     slope = (6.0 - FINAL[(block, warmup)][seed]) / 200
-                    write_run(root / "runs" / name, block, slope, last_step=200, lr=lr, warmup=warmup, seed=seed,
-                              unigram_entropy=H, n_params=1000 if block == "pre-ln" else 1000)
-                entries.append({"name": name, "label": f"{group}, seed {seed}", "group": group,
-                                "group_label": group, "seed": seed, "overrides": {}})
+                    write_run(
+                        root / "runs" / name,
+                        block,
+                        slope,
+                        last_step=200,
+                        lr=lr,
+                        warmup=warmup,
+                        seed=seed,
+                        unigram_entropy=H,
+                        n_params=1000 if block == "pre-ln" else 1000,
+                    )
+                entries.append(
+                    {
+                        "name": name,
+                        "label": f"{group}, seed {seed}",
+                        "group": group,
+                        "group_label": group,
+                        "seed": seed,
+                        "overrides": {},
+                    }
+                )
     (root / "sweep.json").write_text(json.dumps({"name": "seeded", "seeds": [0, 1], "runs": entries}))
     return generate_report(root)
 
@@ -58,12 +85,16 @@ def test_table_has_one_row_per_group_with_mean_and_spread(seeded):
 def test_sentences_are_computed_from_the_numbers(seeded):
     captions = {f.path.name: f.caption for s in seeded.sections for f in s.figures}
     loss = captions["loss_vs_step.png"]
-    assert ("Post-LN at lr 0.001 6.00 (2/2 stalled) without warm-up against 4.10 with 10 steps (+1.90)" in loss)
+    assert "Post-LN at lr 0.001 6.00 (2/2 stalled) without warm-up against 4.10 with 10 steps (+1.90)" in loss
     assert "Pre-LN at lr 0.003 3.40 without warm-up against 3.40 with 10 steps (+0.00)" in loss
     assert "warm-up rescues Post-LN, Pre-LN does not need it" in loss and "4 run(s) stalled" in loss
     heat = captions["warmup_heatmap.png"]  # final training losses: 6.00 stalled against 4.10
     assert "Post-LN stalled in all" not in heat  # its warm-up cells completed
-    assert "Post-LN +1.90/+1.90" in heat and "Pre-LN +0.00/+0.00" in heat and "Post-LN needs warm-up most, while no warm-up costs Pre-LN at most 0.1 nats" in heat
+    assert (
+        "Post-LN +1.90/+1.90" in heat
+        and "Pre-LN +0.00/+0.00" in heat
+        and "Post-LN needs warm-up most, while no warm-up costs Pre-LN at most 0.1 nats" in heat
+    )
     assert (seeded.root / "figures" / "warmup_heatmap.png").stat().st_size > 10_000
 
 
@@ -82,17 +113,30 @@ def test_heatmap_sentence_names_the_block_with_the_largest_cost():
     from blocklab.reporting.groups import Group
     from blocklab.reporting.runs import Run
 
-    finals = {("post-ln", 5e-4, 0): 5.28, ("post-ln", 5e-4, 12): 5.39, ("post-ln", 1e-3, 0): 6.46,
-              ("post-ln", 1e-3, 12): 6.61, ("pre-ln", 5e-4, 0): 5.09, ("pre-ln", 5e-4, 12): 5.14,
-              ("pre-ln", 1e-3, 0): 4.69, ("pre-ln", 1e-3, 12): 4.74, ("post-ln", 1e-3, 100): 4.99}
+    finals = {
+        ("post-ln", 5e-4, 0): 5.28,
+        ("post-ln", 5e-4, 12): 5.39,
+        ("post-ln", 1e-3, 0): 6.46,
+        ("post-ln", 1e-3, 12): 6.61,
+        ("pre-ln", 5e-4, 0): 5.09,
+        ("pre-ln", 5e-4, 12): 5.14,
+        ("pre-ln", 1e-3, 0): 4.69,
+        ("pre-ln", 1e-3, 12): 4.74,
+        ("post-ln", 1e-3, 100): 4.99,
+    }
     pairs = []
     for (block, lr, w), loss in finals.items():
-        run = Run(Path("."), f"{block}{lr}{w}", "x", config={"model": {"block": block},
-                                                               "train": {"lr": lr, "warmup_steps": w}})
+        run = Run(
+            Path("."),
+            f"{block}{lr}{w}",
+            "x",
+            config={"model": {"block": block}, "train": {"lr": lr, "warmup_steps": w}},
+        )
         pairs.append((Group(run.name, run.name, [run], []), {"final_loss": loss, "statuses": ["completed"]}))
     for w in (0, 12):  # a block that stalls at the unigram entropy in every cell
-        run = Run(Path("."), f"sas-p{w}", "x", config={"model": {"block": "sas-p"},
-                                                       "train": {"lr": 1e-3, "warmup_steps": w}})
+        run = Run(
+            Path("."), f"sas-p{w}", "x", config={"model": {"block": "sas-p"}, "train": {"lr": 1e-3, "warmup_steps": w}}
+        )
         pairs.append((Group(run.name, run.name, [run], []), {"final_loss": 6.6, "statuses": ["stalled"]}))
     s = heatmap_sentence(pairs)
     assert "SAS-P stalled in all 2 cells" in s and "Post-LN stalled" not in s

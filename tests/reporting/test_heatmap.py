@@ -1,4 +1,5 @@
 """The warm-up heat map: one panel per block, and per block and optimizer where the optimizer varies."""
+
 from types import SimpleNamespace
 
 from blocklab.reporting.heatmap import plot_warmup_heatmap, warmup_grid
@@ -11,8 +12,13 @@ def pair(block, optimizer, warmup, lr, loss):
 
 
 def grid_of(optimizers):
-    return [pair(b, o, w, lr, 5.0 + w / 100) for b in ("post-ln", "pre-ln") for o in optimizers
-            for w in (0, 12) for lr in (1e-3, 5e-3 if o == "sgd" else 5e-4)]
+    return [
+        pair(b, o, w, lr, 5.0 + w / 100)
+        for b in ("post-ln", "pre-ln")
+        for o in optimizers
+        for w in (0, 12)
+        for lr in (1e-3, 5e-3 if o == "sgd" else 5e-4)
+    ]
 
 
 def test_one_panel_per_block_with_one_optimizer():

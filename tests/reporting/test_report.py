@@ -1,4 +1,5 @@
 """write_report on a fake sweep: files, sections, Markdown table, a self-contained page; the CLI."""
+
 import re
 
 import pytest
@@ -26,8 +27,13 @@ def test_files_and_markdown(report):
         assert title in md
     assert report.table_md in md
     images = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", md)
-    assert set(images) == {"figures/loss_vs_step.png", "figures/loss_vs_time.png", "figures/eval_loss.png",
-                           "figures/gains_sas-p.png", "figures/gains_sas.png"}  # gains only for runs with gains
+    assert set(images) == {
+        "figures/loss_vs_step.png",
+        "figures/loss_vs_time.png",
+        "figures/eval_loss.png",
+        "figures/gains_sas-p.png",
+        "figures/gains_sas.png",
+    }  # gains only for runs with gains
     for rel in images:
         assert (root / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Target loss 3.5: the worst final smoothed training loss among the completed runs" in md
@@ -42,7 +48,11 @@ def test_table_rows(report):
     assert [r.split("|")[3].strip() for r in rows] == ["classic", "classic", "simplified", "simplified"]
     assert [r.split("|")[-3].strip() for r in rows] == ["not reached", "170", "110", "200"]
     assert [r.split("|")[-2].strip() for r in rows] == [
-        "diverged at step 95", "completed", "running/unknown (step 120/200)", "completed"]
+        "diverged at step 95",
+        "completed",
+        "running/unknown (step 120/200)",
+        "completed",
+    ]
     assert "lr=0.003" in rows[0]  # the settings that differ between runs get a column
 
 

@@ -1,4 +1,5 @@
 """Finding and reading run folders; the numbers of the table (smoothing, target, steps to target)."""
+
 import json
 import shutil
 
@@ -72,8 +73,9 @@ def test_tuning_runs_and_replaced_runs_are_not_report_runs(sweep):
         write_run(sweep / "runs" / name, "pre-ln", 0.01, last_step=50, steps=50, seed=3)
     write_run(sweep / "replaced" / "runs" / "pre-ln", "pre-ln", 0.001, last_step=50, steps=50)  # sorts first
     meta = json.loads((sweep / "sweep.json").read_text())
-    meta["tuning"] = [{"name": n, "dir": f"runs/{n}", "value": 0.01, "seed": 3} for n in ("pre-ln_lr0.01_s3",
-                                                                                         "sas_lr0.01_s3")]
+    meta["tuning"] = [
+        {"name": n, "dir": f"runs/{n}", "value": 0.01, "seed": 3} for n in ("pre-ln_lr0.01_s3", "sas_lr0.01_s3")
+    ]
     meta["runs"].append({"name": "sas_lr0.01_s3", "dir": "runs/sas_lr0.01_s3", "label": "SAS reused"})
     (sweep / "sweep.json").write_text(json.dumps(meta))
     runs, _ = load_runs(sweep)
@@ -125,7 +127,11 @@ def test_given_target_and_table_rows(sweep):
     assert target.source == "given" and target.value == 4.1
     rows = {r.label: run_row(r, target) for r in runs}
     assert {k: v["steps_to_target"] for k, v in rows.items()} == {
-        "SAS-P": 160, "Pre-LN": 130, "Post-LN lr=3e-3": None, "SAS": 80}
+        "SAS-P": 160,
+        "Pre-LN": 130,
+        "Post-LN lr=3e-3": None,
+        "SAS": 80,
+    }
     pre = rows["Pre-LN"]
     assert pre["block"] == "pre-ln" and pre["params"] == 1_234_567 and pre["tokens_per_s"] == 2000.0
     assert pre["final_loss"] == pytest.approx(3.0) and pre["final_eval_loss"] == pytest.approx(3.1)

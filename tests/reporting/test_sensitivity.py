@@ -1,5 +1,6 @@
 """The sensitivity and frontier figures draw what verdicts.json holds, artist by artist (each artist that stands
 for a group carries a gid: "curve:GROUP", "seeds:GROUP", "capped:GROUP", "best:GROUP", "fit:GROUP", "cap")."""
+
 import copy
 
 import numpy as np
@@ -78,10 +79,11 @@ def test_frontier_points_intervals_and_fits():
     fits = by_gid(ax.lines, "fit:")
     assert sorted(fits) == ["pre-ln", "sas"]
     xs, ys = fits["sas"].get_xdata(), fits["sas"].get_ydata()
-    assert np.allclose(ys, 9.8 * xs ** -0.035)  # score = a * C^-alpha
+    assert np.allclose(ys, 9.8 * xs**-0.035)  # score = a * C^-alpha
     points = by_gid(ax.lines, "points:")
-    assert np.allclose(points["pre-ln"].get_xdata(), [1e12, 8e12]) and np.allclose(points["pre-ln"].get_ydata(),
-                                                                                   [4.05, 3.55])
+    assert np.allclose(points["pre-ln"].get_xdata(), [1e12, 8e12]) and np.allclose(
+        points["pre-ln"].get_ydata(), [4.05, 3.55]
+    )
     bars = [c for c in ax.collections if c.get_segments()]  # the error bars: from ci95's low to its high
     spans = sorted((round(s[0][1], 6), round(s[1][1], 6)) for c in bars for s in c.get_segments())
     assert (3.8, 4.3) in spans and (3.3, 3.8) in spans

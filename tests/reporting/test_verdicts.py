@@ -1,6 +1,7 @@
 """DIR/verdicts.json in the report: per experiment the sensitivity figure, the verdict table (each verdict word
 with its difference, interval and seeds), the numbers under it, the frontier and the claims; tuning runs and
 replaced runs are not report runs; the loss captions compare nothing when the verdicts exist."""
+
 import json
 import re
 import shutil
@@ -51,24 +52,33 @@ def test_figures_are_drawn_into_each_experiment(report):
     # the verdicts lead the experiment's part: sensitivity, frontier, then the loss figures
     assert images[:3] == ["figures/sensitivity_he.png", "figures/frontier_he.png", "figures/loss_vs_step_he.png"]
     assert "figures/sensitivity_xiong.png" in md[xiong:]
-    assert [s.part for s in report.sections if s.id.startswith(("verdicts-", "frontier-", "claims-"))] == \
-        ["he", "he", "he", "xiong", "xiong"]
+    assert [s.part for s in report.sections if s.id.startswith(("verdicts-", "frontier-", "claims-"))] == [
+        "he",
+        "he",
+        "he",
+        "xiong",
+        "xiong",
+    ]
 
 
 def test_verdict_table_prints_every_verdict_with_its_numbers(report):
     he, table = rows_by_group(report, "he")
     vs = table.columns[-1]
     assert vs.startswith("against Pre-LN") and he["Pre-LN"][vs] == "reference"
-    assert he["SAS"][vs] == ("better: -0.30 [-0.45, -0.15] (n=2 vs 2), p_holm 0.012; a best at the grid's edge: "
-                             "not a verdict")
+    assert he["SAS"][vs] == (
+        "better: -0.30 [-0.45, -0.15] (n=2 vs 2), p_holm 0.012; a best at the grid's edge: not a verdict"
+    )
     assert he["SAS"]["best lr"] == "0.01 (grid edge)" and he["Pre-LN"]["best lr"] == "0.003"
     assert he["SAS-P"][vs] == "one seed: +0.10 (n=1 vs 2), no interval, untested (outside Holm's correction)"
     assert he["Pre-LN"][table.columns[6]] == "3.55 [2.91, 4.19] (n=2)" and he["SAS-P"][table.columns[6]].endswith(
-        "(n=1, no interval)")
+        "(n=1, no interval)"
+    )
     assert he["Pre-LN"]["stable range"] == "0.003 only" and he["Pre-LN"]["trainable range"] == "0.001 to 0.01"
     assert he["SAS"]["settings"] == "block sas" and he["Pre-LN"]["sensitivity"] == "0.20"
-    assert any("grid's edge, marked (grid edge): SAS at 0.01, the highest value tried. The grid was too narrow"
-               in n for n in table.notes)
+    assert any(
+        "grid's edge, marked (grid edge): SAS at 0.01, the highest value tried. The grid was too narrow" in n
+        for n in table.notes
+    )
     xiong, table = rows_by_group(report, "xiong")
     failed = xiong["Post-LN, no warm-up"]
     assert failed["settings"] == "block post-ln, warmup_steps 0" and failed["best lr"] == "none (the cap everywhere)"
@@ -108,13 +118,21 @@ def test_numbers_paragraph(report):
 def test_claims_with_their_status_where_they_belong(report):
     assert section(report, "claims-he").items == [
         "He & Hofmann 2023 — simplified blocks train as fast per step as Pre-LN: holds. SAS's interval against "
-        "Pre-LN ends at -0.15, below +0.1."]
-    assert section(report, "claims-xiong").items[0].startswith(
-        "Xiong et al. 2020 — Post-LN needs warm-up: inconclusive.")
+        "Pre-LN ends at -0.15, below +0.1."
+    ]
+    assert (
+        section(report, "claims-xiong").items[0].startswith("Xiong et al. 2020 — Post-LN needs warm-up: inconclusive.")
+    )
     last = report.sections[-1]
-    assert last.id == "claims" and last.part is None and last.items == [
-        "Wortsman et al. 2023 — qk-norm widens the stable range: does not hold. no experiment of this sweep "
-        "tests it."]
+    assert (
+        last.id == "claims"
+        and last.part is None
+        and last.items
+        == [
+            "Wortsman et al. 2023 — qk-norm widens the stable range: does not hold. no experiment of this sweep "
+            "tests it."
+        ]
+    )
     md = report.md_path.read_text()
     assert md.index("- He & Hofmann 2023 — simplified") < md.index("## Xiong et al.") < md.index("\n## Claims\n")
 

@@ -7,7 +7,9 @@ from blocklab.training.config import RunConfig, TrainConfig, load_config, parse_
 def test_toml_and_overrides(tmp_path):
     p = tmp_path / "run.toml"
     p.write_text('[model]\nblock = "pre-ln"\nn_layers = 4\n[train]\nlr = 0.01\nsteps = 100\n')
-    cfg = load_config(p, ["--model.block", "sas-p", "--train.steps=40", "--data.seq_len", "64", "--model.beta_ff", "0.2"])
+    cfg = load_config(
+        p, ["--model.block", "sas-p", "--train.steps=40", "--data.seq_len", "64", "--model.beta_ff", "0.2"]
+    )
     assert cfg.model.block == "sas-p" and cfg.model.n_layers == 4 and cfg.model.beta_ff == 0.2
     assert cfg.train.lr == 0.01 and cfg.train.steps == 40 and cfg.train.warmup_steps == 2  # 5% default
     assert cfg.data.seq_len == 64 and cfg.model.max_seq_len == 64  # follows data.seq_len
@@ -20,20 +22,23 @@ def test_resolved_config_round_trips(tmp_path):
     assert load_config(tmp_path / "c.toml").to_dict() == cfg.to_dict()
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--train.lr", "0"], ["train.lr", "0"]),
-    (["--train.lr", "-1e-3"], ["train.lr"]),
-    (["--train.steps", "10", "--train.warmup_steps", "20"], ["warmup_steps", "20"]),
-    (["--train.optimizer", "lion"], ["lion", "adamw"]),
-    (["--train.schedule", "step"], ["step", "inv_sqrt"]),
-    (["--model.block", "gpt"], ["block", "gpt", "sas-p"]),
-    (["--model.d_model", "100", "--model.n_heads", "3"], ["d_model", "n_heads"]),
-    (["--model.attention_dropout", "0.1"], ["model.attention_dropout"]),  # model.dropout is an option now
-    (["--model.dropout", "1.5"], ["dropout", "1.5"]),
-    (["--train.steps", "ten"], ["train.steps", "ten"]),
-    (["--optim.lr", "1"], ["optim"]),
-    (["--data.seq_len", "512", "--model.max_seq_len", "256"], ["seq_len", "max_seq_len"]),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--train.lr", "0"], ["train.lr", "0"]),
+        (["--train.lr", "-1e-3"], ["train.lr"]),
+        (["--train.steps", "10", "--train.warmup_steps", "20"], ["warmup_steps", "20"]),
+        (["--train.optimizer", "lion"], ["lion", "adamw"]),
+        (["--train.schedule", "step"], ["step", "inv_sqrt"]),
+        (["--model.block", "gpt"], ["block", "gpt", "sas-p"]),
+        (["--model.d_model", "100", "--model.n_heads", "3"], ["d_model", "n_heads"]),
+        (["--model.attention_dropout", "0.1"], ["model.attention_dropout"]),  # model.dropout is an option now
+        (["--model.dropout", "1.5"], ["dropout", "1.5"]),
+        (["--train.steps", "ten"], ["train.steps", "ten"]),
+        (["--optim.lr", "1"], ["optim"]),
+        (["--data.seq_len", "512", "--model.max_seq_len", "256"], ["seq_len", "max_seq_len"]),
+    ],
+)
 def test_bad_values_are_user_errors_naming_the_field(args, words):
     with pytest.raises(UserError) as e:
         load_config(None, args)

@@ -1,4 +1,5 @@
 """Rank-to-device mapping under torchrun: one GPU per local rank, and a clear line when there are too few."""
+
 import pytest
 
 from blocklab.errors import UserError

@@ -1,4 +1,5 @@
 """blocklab finetune: an mlm run's encoder, a fresh head, the recipe, seeds, failures and bad input."""
+
 import json
 from pathlib import Path
 
@@ -18,10 +19,18 @@ from blocklab.training.pretrained import load_encoder
 @pytest.fixture(scope="module")
 def mlm_run(tmp_path_factory, corpus_dir) -> Path:
     out = tmp_path_factory.mktemp("mlm") / "run"
-    over = {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
-            "model": {"task": "mlm", "block": "pre-ln", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
-            "train": {"steps": 20, "batch_size": 8, "lr": 3e-3, "eval_every": 20, "checkpoint_every": 10,
-                      "keep_checkpoints": 0}}
+    over = {
+        "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
+        "model": {"task": "mlm", "block": "pre-ln", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+        "train": {
+            "steps": 20,
+            "batch_size": 8,
+            "lr": 3e-3,
+            "eval_every": 20,
+            "checkpoint_every": 10,
+            "keep_checkpoints": 0,
+        },
+    }
     assert train(load_config(None, over), out, progress=False, log=lambda *a: None)["status"] == "completed"
     return out
 
@@ -35,14 +44,24 @@ def _write_jsonl(path: Path, rows) -> Path:
 def separable(tmp_path_factory) -> Path:
     """Label 1 iff the sentence says `True`: a tiny model can learn it, a majority guess gets 50%."""
     words = ["value", "items", "self", "name", "data", "key", "result", "path"]
-    rows = [{"sentence": f"{words[i % 8]} {words[(i * 3) % 8]} = {'True' if i % 2 else 'None'}", "label": i % 2}
-            for i in range(240)]
+    rows = [
+        {"sentence": f"{words[i % 8]} {words[(i * 3) % 8]} = {'True' if i % 2 else 'None'}", "label": i % 2}
+        for i in range(240)
+    ]
     return _write_jsonl(tmp_path_factory.mktemp("glue") / "toy.jsonl", rows)
 
 
 def test_finetuning_beats_the_majority_baseline_on_a_separable_task(mlm_run, separable, tmp_path):
-    result = finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0, 1], epochs=6,
-                      overrides={"train": {"lr": 2e-3}}, progress=False, log=lambda *a: None)
+    result = finetune(
+        mlm_run,
+        str(separable),
+        tmp_path / "ft",
+        seeds=[0, 1],
+        epochs=6,
+        overrides={"train": {"lr": 2e-3}},
+        progress=False,
+        log=lambda *a: None,
+    )
     assert result["statuses"] == ["completed", "completed"] and result["failed"] == 0
     assert result["majority_baseline"] <= 60 and result["mean"] >= result["majority_baseline"] + 25
     saved = json.loads((tmp_path / "ft" / "finetune.json").read_text())
@@ -67,8 +86,16 @@ def test_the_encoder_is_the_checkpoint_of_the_step_asked_for(mlm_run):
 
 
 def test_a_fine_tuning_run_that_blows_up_is_reported_diverged(mlm_run, separable, tmp_path):
-    result = finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=3,
-                      overrides={"train": {"lr": 50.0, "grad_clip": 0.0}}, progress=False, log=lambda *a: None)
+    result = finetune(
+        mlm_run,
+        str(separable),
+        tmp_path / "ft",
+        seeds=[0],
+        epochs=3,
+        overrides={"train": {"lr": 50.0, "grad_clip": 0.0}},
+        progress=False,
+        log=lambda *a: None,
+    )
     assert result["statuses"] == ["diverged"] and result["failed"] == 1 and result["mean"] is None
 
 
@@ -80,8 +107,11 @@ def _cli(capsys, *args) -> tuple[int, str]:
 
 def test_bad_input_is_one_clear_line(mlm_run, tmp_path, capsys, corpus_dir):
     clm = tmp_path / "clm"
-    over = {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 16},
-            "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32}, "train": {"steps": 2, "batch_size": 2}}
+    over = {
+        "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 16},
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32},
+        "train": {"steps": 2, "batch_size": 2},
+    }
     train(load_config(None, over), clm, progress=False, log=lambda *a: None)
     unlabelled = _write_jsonl(tmp_path / "unlabelled.jsonl", [{"sentence": "x"}] * 20)
     folder = tmp_path / "glue"
@@ -107,8 +137,10 @@ def test_finetune_help_lists_the_tasks(capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "--help"])
     out = capsys.readouterr().out
-    assert all(t in out for t in ("exception-type", "variable-misuse", "wrong-operator", "swapped-operand",
-                                  "docstring-mismatch", "hf:"))
+    assert all(
+        t in out
+        for t in ("exception-type", "variable-misuse", "wrong-operator", "swapped-operand", "docstring-mismatch", "hf:")
+    )
 
 
 def test_evaluation_runs_at_the_run_precision(mlm_run, separable, tmp_path, monkeypatch):
@@ -124,8 +156,16 @@ def test_evaluation_runs_at_the_run_precision(mlm_run, separable, tmp_path, monk
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Classification, "evaluate", spy)
-    finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1,
-             overrides={"train": {"precision": "bf16", "device": "cpu"}}, progress=False, log=lambda *a: None)
+    finetune(
+        mlm_run,
+        str(separable),
+        tmp_path / "ft",
+        seeds=[0],
+        epochs=1,
+        overrides={"train": {"precision": "bf16", "device": "cpu"}},
+        progress=False,
+        log=lambda *a: None,
+    )
     assert seen and all(seen)
 
 
@@ -133,7 +173,9 @@ def test_compiled_runs_pad_every_batch_to_one_length(mlm_run, separable):
     from blocklab.training.tasks.classification import Classification
 
     for compile_, lengths in ((True, {32}), (False, None)):
-        cfg = finetune_config(mlm_run, str(separable), 0, {"train": {"compile": compile_, "device": "cpu"}}, n_train=240)
+        cfg = finetune_config(
+            mlm_run, str(separable), 0, {"train": {"compile": compile_, "device": "cpu"}}, n_train=240
+        )
         task = Classification(cfg)
         batches = task.batches(task.prepare(lambda *a: None), lambda *a: None)
         got = {batches.train.get(s)[0].shape[1] for s in range(6)} | {b[0].shape[1] for b in batches.val.val_batches()}
@@ -153,10 +195,13 @@ def test_the_latest_checkpoint_is_named_and_other_settings_are_refused(mlm_run, 
     quiet = dict(progress=False, log=lambda *a: None)
     result = finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, **quiet)
     assert result["init_step"] == 20  # --step omitted: the latest, written down
-    assert finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, **quiet)["scores"] == result["scores"]
+    assert (
+        finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, **quiet)["scores"] == result["scores"]
+    )
     with pytest.raises(UserError, match="holds a run with train.lr"):
-        finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1,
-                 overrides={"train": {"lr": 3e-4}}, **quiet)
+        finetune(
+            mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, overrides={"train": {"lr": 3e-4}}, **quiet
+        )
 
 
 def test_scores_are_taken_with_dropout_off(mlm_run, separable, tmp_path, monkeypatch):
@@ -171,8 +216,16 @@ def test_scores_are_taken_with_dropout_off(mlm_run, separable, tmp_path, monkeyp
         return forward(self, input_ids, attention_mask, labels, **kw)
 
     monkeypatch.setattr(Classifier, "forward", spy)
-    finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, overrides={"model": {"dropout": 0.1}},
-             progress=False, log=lambda *a: None)
+    finetune(
+        mlm_run,
+        str(separable),
+        tmp_path / "ft",
+        seeds=[0],
+        epochs=1,
+        overrides={"model": {"dropout": 0.1}},
+        progress=False,
+        log=lambda *a: None,
+    )
     assert modes and not any(modes)
 
 
@@ -191,10 +244,11 @@ def test_finetune_starts_from_a_sharded_checkpoint(tmp_path, corpus_dir, separab
     """An fsdp-format mlm run (a DCP checkpoint: scalar gains stored as 1-element vectors) gives its
     encoder to a classifier in one process, shapes restored, the same tensors as the checkpoint."""
     out = tmp_path / "mlm"
-    over = {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
-            "model": {"task": "mlm", "block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
-            "train": {"steps": 6, "batch_size": 8, "lr": 3e-3, "eval_every": 6, "checkpoint_every": 6,
-                      "parallel": "fsdp"}}
+    over = {
+        "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
+        "model": {"task": "mlm", "block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+        "train": {"steps": 6, "batch_size": 8, "lr": 3e-3, "eval_every": 6, "checkpoint_every": 6, "parallel": "fsdp"},
+    }
     assert train(load_config(None, over), out, progress=False, log=lambda *a: None)["status"] == "completed"
     assert json.loads((out / "checkpoints" / "step-00000006" / "state.json").read_text())["format"] == "dcp"
     cfg = finetune_config(out, str(separable), 0, n_labels=2)

@@ -6,6 +6,7 @@ The runs are made once per module (each torchrun start costs seconds) and compar
 Losses of different process counts agree to float tolerance, not bit for bit: the gradient is
 reduced across processes in another order than one process sums it.
 """
+
 import json
 import os
 import shutil
@@ -40,8 +41,7 @@ def train(out: Path, over: dict, nproc: int = 1, extra=(), script: str | None = 
         cmd = launch + (["--no-python", sys.executable, "-c", script] if script else ["-m", "blocklab"]) + args
     else:
         cmd = [sys.executable, *entry, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          timeout=600)
+    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
 
 
 def ok(p):
@@ -52,11 +52,22 @@ def ok(p):
 @pytest.fixture(scope="module")
 def over(corpus_dir):
     # A constant rate: a run of 10 steps resumed to 20 follows the schedule of a 20-step run.
-    return {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
-            "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},  # scalar gains
-            "train": {"steps": STEPS, "batch_size": 8, "log_every": 1, "eval_every": 10, "eval_batches": 2,
-                      "checkpoint_every": 5, "lr": 3e-3, "schedule": "constant", "warmup_steps": 0,
-                      "device": "cpu"}}
+    return {
+        "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
+        "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},  # scalar gains
+        "train": {
+            "steps": STEPS,
+            "batch_size": 8,
+            "log_every": 1,
+            "eval_every": 10,
+            "eval_batches": 2,
+            "checkpoint_every": 5,
+            "lr": 3e-3,
+            "schedule": "constant",
+            "warmup_steps": 0,
+            "device": "cpu",
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -194,18 +205,46 @@ def test_bf16_mixed_precision_policy_trains_like_one_process_bf16(tmp_path, over
 def test_translation_under_fsdp_then_translate_in_one_process(tmp_path):
     from tests.training.test_translation_train import write_pairs
 
-    over = {"model": {"task": "translation", "block": "pre-ln", "d_model": 32, "n_layers": 1, "n_heads": 2,
-                      "d_ff": 64},
-            "data": {"source": str(write_pairs(tmp_path / "pairs.tsv")), "vocab_size": 300, "seq_len": 24,
-                     "val_fraction": 0.1},
-            "train": {"steps": 6, "batch_size": 8, "log_every": 1, "eval_every": 3, "eval_batches": 1,
-                      "checkpoint_every": 3, "lr": 3e-3, "device": "cpu", "parallel": "fsdp"}}
+    over = {
+        "model": {"task": "translation", "block": "pre-ln", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
+        "data": {
+            "source": str(write_pairs(tmp_path / "pairs.tsv")),
+            "vocab_size": 300,
+            "seq_len": 24,
+            "val_fraction": 0.1,
+        },
+        "train": {
+            "steps": 6,
+            "batch_size": 8,
+            "log_every": 1,
+            "eval_every": 3,
+            "eval_batches": 1,
+            "checkpoint_every": 3,
+            "lr": 3e-3,
+            "device": "cpu",
+            "parallel": "fsdp",
+        },
+    }
     ok(train(tmp_path / "t", over, 2))
     s = summary(tmp_path / "t")
     assert s["world_size"] == 2 and s["final_bleu"] is not None  # BLEU decoded through the sharded root
     (tmp_path / "in.txt").write_text("Haus Baum\nKatze\n")
-    r = ok(subprocess.run([sys.executable, "-m", "blocklab", "translate", "--run", str(tmp_path / "t"),
-                           "--input", str(tmp_path / "in.txt")], capture_output=True, text=True))
+    r = ok(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "blocklab",
+                "translate",
+                "--run",
+                str(tmp_path / "t"),
+                "--input",
+                str(tmp_path / "in.txt"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+    )
     assert len(r.stdout.splitlines()) == 2
 
 
@@ -254,10 +293,18 @@ def test_every_block_shards_and_trains_like_one_process(tmp_path):
     re-normalisation of sharded matrices (one torchrun for all the blocks)."""
     from blocklab.registry import REGISTRY
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--no-python",
-           sys.executable, "-c", EVERY_BLOCK]
-    p = ok(subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          timeout=600))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "--no-python",
+        sys.executable,
+        "-c",
+        EVERY_BLOCK,
+    ]
+    p = ok(subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600))
     print(p.stdout)
     worst = dict(line.split() for line in p.stdout.splitlines())
     assert set(worst) == set(REGISTRY)

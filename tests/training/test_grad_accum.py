@@ -1,5 +1,6 @@
 """train.grad_accum and train.activation_checkpointing in one process: the same losses as without them
 (SPEC section 5: "the optimizer sees the same batch and the same losses while the device holds less")."""
+
 import json
 
 import numpy as np
@@ -24,8 +25,13 @@ def quiet_train(cfg, out, **kw):
 def labelled(tmp_path_factory):
     """A small classification set whose sentences have different lengths (padded batches)."""
     words = ["value", "items", "self", "name", "data", "key", "result", "path"]
-    rows = [{"sentence": f"{words[i % 8]} {words[(i * 3) % 8]} = {'True' if i % 2 else 'None'}" + " x" * (i % 5),
-             "label": i % 2} for i in range(240)]
+    rows = [
+        {
+            "sentence": f"{words[i % 8]} {words[(i * 3) % 8]} = {'True' if i % 2 else 'None'}" + " x" * (i % 5),
+            "label": i % 2,
+        }
+        for i in range(240)
+    ]
     path = tmp_path_factory.mktemp("labelled") / "toy.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -47,8 +53,16 @@ def pairs(tmp_path_factory):
 
 
 def run_overrides(task, overrides, labelled, pairs, **train_kw):
-    train_common = {"steps": 10, "batch_size": 8, "log_every": 1, "eval_every": 10, "eval_batches": 2,
-                    "checkpoint_every": 10, "lr": 3e-3, **train_kw}
+    train_common = {
+        "steps": 10,
+        "batch_size": 8,
+        "log_every": 1,
+        "eval_every": 10,
+        "eval_batches": 2,
+        "checkpoint_every": 10,
+        "lr": 3e-3,
+        **train_kw,
+    }
     if task in ("clm", "mlm"):
         over = {k: dict(v) for k, v in overrides.items()}
         over["model"]["task"] = task
@@ -56,11 +70,16 @@ def run_overrides(task, overrides, labelled, pairs, **train_kw):
         return over
     model = {"block": "pre-ln", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "max_seq_len": 32}
     if task == "classification":
-        return {"data": {"source": str(labelled), "vocab_size": 512, "seq_len": 32},
-                "model": {**model, "task": "classification", "n_labels": 2}, "train": train_common}
-    return {"data": {"source": str(pairs), "vocab_size": 300, "seq_len": 24, "val_fraction": 0.1},
-            "model": {**model, "task": "translation", "n_layers": 1, "dropout": 0.0},
-            "train": {**train_common, "optimizer": "adam", "label_smoothing": 0.1}}
+        return {
+            "data": {"source": str(labelled), "vocab_size": 512, "seq_len": 32},
+            "model": {**model, "task": "classification", "n_labels": 2},
+            "train": train_common,
+        }
+    return {
+        "data": {"source": str(pairs), "vocab_size": 300, "seq_len": 24, "val_fraction": 0.1},
+        "model": {**model, "task": "translation", "n_layers": 1, "dropout": 0.0},
+        "train": {**train_common, "optimizer": "adam", "label_smoothing": 0.1},
+    }
 
 
 @pytest.fixture
@@ -97,12 +116,13 @@ def test_micro_batches_give_the_losses_of_the_whole_batch(tmp_path, overrides, l
     got = {}
     for k in ks:
         recorded.clear()
-        s = quiet_train(load_config(None, run_overrides(task, overrides, labelled, pairs, grad_accum=k)),
-                        tmp_path / f"k{k}")
+        s = quiet_train(
+            load_config(None, run_overrides(task, overrides, labelled, pairs, grad_accum=k)), tmp_path / f"k{k}"
+        )
         assert s["status"] == "completed" and s["grad_accum"] == k
         got[k] = losses(tmp_path / f"k{k}")
         assert len(got[k]) == 10 and len(recorded) == 10 * k  # k forward passes a step
-        per_step = [recorded[i * k:(i + 1) * k] for i in range(10)]
+        per_step = [recorded[i * k : (i + 1) * k] for i in range(10)]
         # The logged loss is the global-batch mean: summed losses over summed counts.
         for logged, parts in zip(got[k], per_step):
             assert logged == pytest.approx(sum(s for s, _ in parts) / sum(n for _, n in parts), rel=REL)
@@ -163,6 +183,7 @@ def test_summary_of_a_one_process_run(tmp_path, overrides):
 
 # --- configuration errors --------------------------------------------------------------------------
 
+
 def test_grad_accum_must_divide_the_batch(overrides):
     overrides["train"].update(batch_size=4, grad_accum=3)
     with pytest.raises(UserError, match=r"train\.grad_accum=3 .*divide train\.batch_size=4"):
@@ -209,7 +230,8 @@ def test_evaluation_runs_in_pieces_of_a_micro_batch(tmp_path, overrides, labelle
     whole = quiet_train(load_config(None, run_overrides("mlm", overrides, labelled, pairs)), tmp_path / "k1")
     assert max(rows) == 8
     rows.clear()
-    split = quiet_train(load_config(None, run_overrides("mlm", overrides, labelled, pairs, grad_accum=4)),
-                        tmp_path / "k4")
+    split = quiet_train(
+        load_config(None, run_overrides("mlm", overrides, labelled, pairs, grad_accum=4)), tmp_path / "k4"
+    )
     assert max(rows) == 2 and len(rows) >= 4
     assert split["final_eval_loss"] == pytest.approx(whole["final_eval_loss"], rel=REL)

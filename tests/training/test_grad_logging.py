@@ -1,5 +1,6 @@
 """Per-layer gradient norms in metrics.jsonl: on the logged steps and step 1 only, true (unscaled,
 unclipped) gradients, and the update unchanged."""
+
 import json
 import math
 
@@ -90,9 +91,9 @@ def test_norms_are_unscaled_under_a_grad_scaler(tmp_path, small, monkeypatch):
     for clip in (0.0, 1.0):
         cfg = load_config(None, dict(small, train=dict(small["train"], grad_clip=clip)))
         t = Trainer(cfg, tmp_path / f"scaled{clip}", progress=False, log=lambda *a, **k: None)
-        t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+        t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
         t.run()
         got, want = rows(tmp_path / f"scaled{clip}"), rows(tmp_path / "plain")
         assert [r["step"] for r in got] == [1, 2, 4]
         assert grads(got[0]) == pytest.approx(grads(want[0]), rel=1e-5)
-        assert t.scaler.get_scale() == 2.0 ** 10  # no inf found, no step skipped
+        assert t.scaler.get_scale() == 2.0**10  # no inf found, no step skipped

@@ -1,4 +1,5 @@
 """nGPT's language-model head in the harness: fine-tuning leaves s_z behind, FLOPs count the stored matrix."""
+
 import torch
 import torch.nn as nn
 
@@ -10,8 +11,11 @@ from blocklab.training.throughput import flops_per_token
 
 def ngpt(task, **kw):
     torch.manual_seed(0)
-    return build_model(ModelConfig(block="ngpt", task=task, vocab_size=120, d_model=32, n_layers=2, n_heads=4,
-                                   d_ff=64, max_seq_len=16, **kw))
+    return build_model(
+        ModelConfig(
+            block="ngpt", task=task, vocab_size=120, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=16, **kw
+        )
+    )
 
 
 def test_a_classifier_takes_an_ngpt_mlm_encoder_without_its_logit_scale(tmp_path):

@@ -34,7 +34,9 @@ def test_cosine_and_inv_sqrt_shapes():
     assert factors(steps=5, warmup_steps=0, schedule="constant") == [1.0] * 5
 
 
-@pytest.mark.parametrize("name,cls", [("adamw", torch.optim.AdamW), ("adam", torch.optim.Adam), ("sgd", torch.optim.SGD)])
+@pytest.mark.parametrize(
+    "name,cls", [("adamw", torch.optim.AdamW), ("adam", torch.optim.Adam), ("sgd", torch.optim.SGD)]
+)
 def test_optimizers_leave_gains_out_of_weight_decay(name, cls):
     model = build_model(small_cfg("sas-p"))
     opt = make_optimizer(model, TrainConfig(optimizer=name, weight_decay=0.1))

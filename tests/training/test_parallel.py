@@ -1,5 +1,6 @@
 """training/parallel.py: micro-batches, per-block activation checkpointing, the block list, gradient
 sync and the one-process wrap."""
+
 import contextlib
 import copy
 
@@ -24,6 +25,7 @@ V = 97
 
 
 # --- micro_batches ---------------------------------------------------------------------------------
+
 
 def test_micro_batches_are_equal_consecutive_row_chunks_of_every_tensor():
     ids = torch.arange(8 * 5).reshape(8, 5)
@@ -55,6 +57,7 @@ def test_rows_that_do_not_split_are_refused(rows, k):
 
 # --- activation checkpointing ----------------------------------------------------------------------
 
+
 def _clm_loss(model, seed):
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(1)
@@ -71,8 +74,10 @@ def _translation_loss(model, seed):
 
 CASES = {
     "clm": (lambda: build_model(small_cfg("pre-ln", "clm", dropout=0.2)), _clm_loss),
-    "translation": (lambda: build_model(small_cfg("pre-ln", "translation", dropout=0.2, max_seq_len=32,
-                                                  n_decoder_layers=2)), _translation_loss),
+    "translation": (
+        lambda: build_model(small_cfg("pre-ln", "translation", dropout=0.2, max_seq_len=32, n_decoder_layers=2)),
+        _translation_loss,
+    ),
 }
 
 
@@ -131,6 +136,7 @@ def test_checkpointed_model_in_eval_mode_and_without_grad_still_runs():
 
 
 # --- all_blocks, gradient_sync, wrap ---------------------------------------------------------------
+
 
 def test_all_blocks_lists_the_encoder_then_the_decoder_blocks():
     m = build_model(small_cfg("pre-ln", "translation", n_layers=3, n_decoder_layers=2))

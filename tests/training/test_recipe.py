@@ -1,5 +1,6 @@
 """Block recipes (SPEC sections 2b and 10): each block paper's own training settings fill in what a run leaves
 unset, never what it sets; `blocklab train` says what it applied, in its log and in summary.json."""
+
 import json
 
 import pytest
@@ -19,8 +20,10 @@ def test_apply_recipe_fills_only_the_unset_settings():
     assert applied == {"train.warmup_steps": 0}
     assert new == {"model": {"block": "ngpt"}, "train": {"weight_decay": 0.05, "warmup_steps": 0}}
     assert raw == {"model": {"block": "ngpt"}, "train": {"weight_decay": 0.05}}  # the caller's dict is untouched
-    assert apply_recipe({"model": {"block": "ngpt"}}) == ({"model": {"block": "ngpt"}, "train": {
-        "weight_decay": 0.0, "warmup_steps": 0}}, NGPT)
+    assert apply_recipe({"model": {"block": "ngpt"}}) == (
+        {"model": {"block": "ngpt"}, "train": {"weight_decay": 0.0, "warmup_steps": 0}},
+        NGPT,
+    )
     # an explicit None is a setting too (warm-up None: 5% of the steps)
     assert apply_recipe({"model": {"block": "ngpt"}, "train": {"warmup_steps": None}})[1] == {"train.weight_decay": 0.0}
     for raw in ({}, {"model": {"block": "pre-ln"}}, {"model": {"block": "no-such-block"}}):
@@ -91,8 +94,12 @@ def test_a_block_without_recipe_records_an_empty_one(tmp_path, overrides):
     overrides["model"]["block"] = "pre-ln"
     overrides["train"].update(steps=2, eval_every=2, checkpoint_every=2)
     lines = []
-    s = train(load_config(None, overrides, recipe=True), tmp_path / "r", progress=False,
-              log=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    s = train(
+        load_config(None, overrides, recipe=True),
+        tmp_path / "r",
+        progress=False,
+        log=lambda *a, **k: lines.append(" ".join(map(str, a))),
+    )
     assert s["recipe"] == {} and json.loads((tmp_path / "r" / "summary.json").read_text())["recipe"] == {}
     assert not any("recipe" in line for line in lines)
 

@@ -1,5 +1,6 @@
 """Sharded (DCP) checkpoints of train.parallel=fsdp runs, in one process without torchrun: the format,
 an exact resume, one-process loading (load_checkpoint, generate) and damaged or mismatched checkpoints."""
+
 import json
 import shutil
 
@@ -29,11 +30,24 @@ def quiet_train(cfg, out, **kw):
 
 def config(corpus_dir, parallel="fsdp", steps=20, **train_kw):
     """A constant learning rate without warm-up: a 10-step run resumed to 20 steps is the 20-step run."""
-    return {"data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
-            "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},  # scalar gains
-            "train": {"steps": steps, "batch_size": 4, "log_every": 1, "eval_every": 10, "eval_batches": 2,
-                      "checkpoint_every": 5, "keep_checkpoints": 0, "lr": 3e-3, "schedule": "constant",
-                      "warmup_steps": 0, "parallel": parallel, **train_kw}}
+    return {
+        "data": {"source": str(corpus_dir), "vocab_size": 512, "seq_len": 32},
+        "model": {"block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},  # scalar gains
+        "train": {
+            "steps": steps,
+            "batch_size": 4,
+            "log_every": 1,
+            "eval_every": 10,
+            "eval_batches": 2,
+            "checkpoint_every": 5,
+            "keep_checkpoints": 0,
+            "lr": 3e-3,
+            "schedule": "constant",
+            "warmup_steps": 0,
+            "parallel": parallel,
+            **train_kw,
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +124,7 @@ def test_a_corrupted_shard_is_one_clear_error(runs, corpus_dir, tmp_path):
     shutil.copytree(runs["fsdp"], run)
     shard = run / "checkpoints" / "step-00000020" / "dcp" / "__0_0.distcp"
     data = bytearray(shard.read_bytes())
-    data[len(data) // 2:len(data) // 2 + 16] = bytes(16)  # the same size, other bytes
+    data[len(data) // 2 : len(data) // 2 + 16] = bytes(16)  # the same size, other bytes
     assert bytes(data) != shard.read_bytes()
     shard.write_bytes(bytes(data))
     for load in (open_checkpoint, load_checkpoint):

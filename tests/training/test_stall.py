@@ -1,4 +1,5 @@
 """Stalled runs: a loss that stays at the unigram entropy ends the run; a healthy run passes through it."""
+
 import json
 import random
 
@@ -11,8 +12,28 @@ from blocklab.training.config import TrainConfig
 from blocklab.training.stall import StallDetector
 from tests.helpers import as_args
 
-WORDS = ["alpha", "beta", "gamma", "delta", "omega", "lambda", "sigma", "theta", "kappa", "zeta",
-         "eta", "iota", "rho", "tau", "phi", "chi", "psi", "mu", "nu", "xi"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "omega",
+    "lambda",
+    "sigma",
+    "theta",
+    "kappa",
+    "zeta",
+    "eta",
+    "iota",
+    "rho",
+    "tau",
+    "phi",
+    "chi",
+    "psi",
+    "mu",
+    "nu",
+    "xi",
+]
 ZIPF = [1 / (i + 1) for i in range(len(WORDS))]
 
 
@@ -29,11 +50,22 @@ def word_corpus(folder, cyclic: bool):
 
 
 def tiny(source, steps=40):
-    return {"data": {"source": str(source), "vocab_size": 512, "seq_len": 32},
-            "model": {"block": "pre-ln", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
-            "train": {"steps": steps, "batch_size": 4, "lr": 1e-2, "warmup_steps": 5, "log_every": 1,
-                      "eval_every": 1000, "eval_batches": 2, "checkpoint_every": 1000,
-                      "stall_patience": 20, "stall_margin": 0.1}}
+    return {
+        "data": {"source": str(source), "vocab_size": 512, "seq_len": 32},
+        "model": {"block": "pre-ln", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+        "train": {
+            "steps": steps,
+            "batch_size": 4,
+            "lr": 1e-2,
+            "warmup_steps": 5,
+            "log_every": 1,
+            "eval_every": 1000,
+            "eval_batches": 2,
+            "checkpoint_every": 1000,
+            "stall_patience": 20,
+            "stall_margin": 0.1,
+        },
+    }
 
 
 def test_detector_on_constructed_loss_curves():
@@ -54,8 +86,12 @@ def test_detector_on_constructed_loss_curves():
     assert not any(high.update(s, h + 0.5 + noise[s % 10]) for s in range(1, 200))
     for off in (StallDetector(h, 0, 0.1, patience=0), StallDetector(None, 0, 0.1, patience=20)):
         assert not off.enabled and not any(off.update(s, h) for s in range(1, 100))
-    assert StallDetector(h, 0, 0.1, 20).summary(30) == {"unigram_entropy": h, "stalled_step": 30,
-                                                        "stall_margin": 0.1, "stall_patience": 20}
+    assert StallDetector(h, 0, 0.1, 20).summary(30) == {
+        "unigram_entropy": h,
+        "stalled_step": 30,
+        "stall_margin": 0.1,
+        "stall_patience": 20,
+    }
 
 
 def test_stall_settings_are_validated():

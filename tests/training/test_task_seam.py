@@ -1,4 +1,5 @@
 """The task seam: a task the trainer has never heard of (one class, one registry entry) trains."""
+
 import json
 
 import numpy as np
@@ -36,7 +37,7 @@ class _ReverseBatches:
     def get(self, step, rank=0, world_size=1):
         ids, labels = self._batch(step, self.batch_size)
         per = self.batch_size // world_size
-        return ids[rank * per:(rank + 1) * per], labels[rank * per:(rank + 1) * per]
+        return ids[rank * per : (rank + 1) * per], labels[rank * per : (rank + 1) * per]
 
     def val_batches(self, max_batches=None):
         for i in range(max_batches or 1):
@@ -52,8 +53,9 @@ class ReverseTask(Task):
 
     def batches(self, data, log):
         d, t = self.cfg.data, self.cfg.train
-        return Batches(_ReverseBatches(d.seq_len, t.batch_size, t.seed, 0),
-                       _ReverseBatches(d.seq_len, t.batch_size, t.seed, 1))
+        return Batches(
+            _ReverseBatches(d.seq_len, t.batch_size, t.seed, 0), _ReverseBatches(d.seq_len, t.batch_size, t.seed, 1)
+        )
 
     def loss(self, model, batch, device, autocast):
         ids, labels = (x.to(device) for x in batch)

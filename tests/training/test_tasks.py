@@ -1,4 +1,5 @@
 """Each task's loss terms on a tiny batch: the summed token loss and the number of loss tokens."""
+
 import contextlib
 
 import pytest
@@ -14,18 +15,31 @@ from blocklab.training.tasks.lm import CausalLM, MaskedLM
 from blocklab.training.tasks.translation import Translation
 
 CPU = torch.device("cpu")
-SMALL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "vocab_size": 300, "max_seq_len": 16,
-         "block": "pre-ln"}
+SMALL = {
+    "d_model": 32,
+    "n_layers": 2,
+    "n_heads": 2,
+    "d_ff": 64,
+    "vocab_size": 300,
+    "max_seq_len": 16,
+    "block": "pre-ln",
+}
 
 
 def run_cfg(task, **train):
-    return load_config(None, {"model": {**SMALL, "task": task}, "data": {"vocab_size": 300, "seq_len": 16},
-                              "train": train})
+    return load_config(
+        None, {"model": {**SMALL, "task": task}, "data": {"vocab_size": 300, "seq_len": 16}, "train": train}
+    )
 
 
 def reference(logits, labels, smoothing=0.0):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), labels.reshape(-1),
-                           ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=smoothing)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).double(),
+        labels.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+        label_smoothing=smoothing,
+    )
 
 
 def test_the_registry_names_every_task_and_refuses_others():

@@ -1,4 +1,5 @@
 """Run throughput: steady-state tokens/s (warm-up and compilation excluded), compile_s, MFU; compile auto."""
+
 import json
 import time
 
@@ -21,7 +22,7 @@ def test_warmup_steps_are_excluded_and_reported_as_compile_time():
         state["train_seconds"] += dt
         thr.step(dt, 100)
     s = thr.summary()
-    assert s["tokens_per_s"] == pytest.approx(100.0)          # the whole-run average would be 34
+    assert s["tokens_per_s"] == pytest.approx(100.0)  # the whole-run average would be 34
     assert s["compile_s"] == pytest.approx(WARMUP_STEPS * 4.0)
     assert s["mfu"] == pytest.approx(100.0 * 10.0 / 4000.0)
     assert s["steady_steps"] == 6
@@ -51,8 +52,11 @@ def test_translation_flops_count_decoder_self_and_cross_attention():
     T, d = 16, cfg.d_model
     run = load_config(None, {"model": {"task": "translation", "block": "pre-ln", "n_decoder_layers": 2}})
     layers = TASKS["translation"](run).attention_layers(model)  # the task says how many attention products
-    attention = flops_per_token(model, T, layers) - 6 * sum(
-        m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) - 6 * model.head_weight.numel()
+    attention = (
+        flops_per_token(model, T, layers)
+        - 6 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+        - 6 * model.head_weight.numel()
+    )
     assert attention == 12 * (cfg.n_layers + 2 * 2) * T * d
 
 

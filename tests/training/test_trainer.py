@@ -1,4 +1,5 @@
 """Integration tests of the training loop on a tiny model and a real (small) code corpus."""
+
 import json
 
 import pytest
@@ -96,8 +97,16 @@ def test_fp16_refused_on_cpu(tmp_path, overrides):
 def test_post_ln_without_warmup_at_large_lr_diverges_and_keeps_last_good_checkpoint(tmp_path, overrides):
     """Xiong et al.'s failure case, pushed to blow-up: Post-LN, Adam, no warm-up, lr 1."""
     overrides["model"].update(block="post-ln", norm="layernorm", init="xavier", n_layers=4, d_model=64)
-    overrides["train"].update(optimizer="adam", lr=1.0, warmup_steps=0, schedule="constant", grad_clip=0,
-                              weight_decay=0, checkpoint_every=1, steps=30)
+    overrides["train"].update(
+        optimizer="adam",
+        lr=1.0,
+        warmup_steps=0,
+        schedule="constant",
+        grad_clip=0,
+        weight_decay=0,
+        checkpoint_every=1,
+        steps=30,
+    )
     s = train(load_config(None, overrides), tmp_path / "r", progress=False)
     assert s["status"] == "diverged" and s["diverged_step"] == s["step"] + 1
     ckpt = load_checkpoint(tmp_path / "r" / "checkpoints")

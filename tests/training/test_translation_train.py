@@ -1,4 +1,5 @@
 """Training a translation model end to end: batches, BLEU in metrics and summary, exact resume, learning."""
+
 import json
 
 import numpy as np
@@ -27,13 +28,41 @@ def write_pairs(path, n=200):
 
 
 def config(tmp_path, steps=20, **train):
-    over = {"model": {"task": "translation", "block": "pre-ln", "d_model": 32, "n_layers": 1, "n_heads": 2,
-                      "d_ff": 64, "norm": "layernorm", "init": "xavier", "dropout": 0.1},
-            "data": {"source": str(write_pairs(tmp_path / "pairs.tsv")), "vocab_size": 300, "seq_len": 24,
-                     "val_fraction": 0.1, "cache_dir": str(tmp_path / "cache")},
-            "train": {"steps": steps, "batch_size": 8, "lr": 3e-3, "optimizer": "adam", "schedule": "inv_sqrt",
-                      "warmup_steps": 5, "weight_decay": 0.0, "log_every": 1, "eval_every": 10, "eval_batches": 2,
-                      "label_smoothing": 0.1, "checkpoint_every": 10, **train}}
+    over = {
+        "model": {
+            "task": "translation",
+            "block": "pre-ln",
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "norm": "layernorm",
+            "init": "xavier",
+            "dropout": 0.1,
+        },
+        "data": {
+            "source": str(write_pairs(tmp_path / "pairs.tsv")),
+            "vocab_size": 300,
+            "seq_len": 24,
+            "val_fraction": 0.1,
+            "cache_dir": str(tmp_path / "cache"),
+        },
+        "train": {
+            "steps": steps,
+            "batch_size": 8,
+            "lr": 3e-3,
+            "optimizer": "adam",
+            "schedule": "inv_sqrt",
+            "warmup_steps": 5,
+            "weight_decay": 0.0,
+            "log_every": 1,
+            "eval_every": 10,
+            "eval_batches": 2,
+            "label_smoothing": 0.1,
+            "checkpoint_every": 10,
+            **train,
+        },
+    }
     return load_config(None, over)
 
 
@@ -63,8 +92,12 @@ def test_resume_continues_exactly(tmp_path):
 
 
 def test_batches_are_a_function_of_the_step_and_cover_an_epoch(tmp_path):
-    corpus = prepare_parallel(DataConfig(source=str(write_pairs(tmp_path / "p.tsv")), vocab_size=300, seq_len=16,
-                                         cache_dir=str(tmp_path / "cache")), log=lambda *a: None)
+    corpus = prepare_parallel(
+        DataConfig(
+            source=str(write_pairs(tmp_path / "p.tsv")), vocab_size=300, seq_len=16, cache_dir=str(tmp_path / "cache")
+        ),
+        log=lambda *a: None,
+    )
     b = TranslationBatches(corpus.train, 16, 8, seed=0, pad_id=corpus.pad_id, eos_id=corpus.eod_id)
     src, mask, dec, labels = b.get(3)
     again = b.get(3)
@@ -72,9 +105,10 @@ def test_batches_are_a_function_of_the_step_and_cover_an_epoch(tmp_path):
     # decoder input = <eod> + target; labels = target + <eod>; pads ignored
     for i in range(8):
         n = int((labels[i] != -100).sum())
-        assert dec[i, 0] == corpus.eod_id and torch.equal(dec[i, 1:n], labels[i, :n - 1])
+        assert dec[i, 0] == corpus.eod_id and torch.equal(dec[i, 1:n], labels[i, : n - 1])
         assert labels[i, n - 1] == corpus.eod_id and (dec[i, n:] == corpus.pad_id).all()
         assert src[i, int(mask[i].sum()) - 1] == corpus.eod_id
+
     # sharded batches concatenate to the global one
     def unpadded(lab):
         return [[t for t in row.tolist() if t != -100] for row in lab]

@@ -3,6 +3,7 @@
 Causal: C[i, j] = 1/(i+1) for j <= i. Bidirectional: 1/T. With padding: uniform over
 non-pad keys. `centred_mean` computes C @ V without forming C (O(T d) memory).
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Softmax attention, two ways: the fused SDPA kernel (default) and the explicit T x T matrix (reference)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -59,8 +60,11 @@ def softmax_attention(q, k, v, causal: bool, key_mask=None, impl: str = "sdpa") 
         q, k, v = q.float(), k.float(), v.float()
     mask = None
     if key_mask is not None:
-        mask = (allowed_keys(q.shape[-2], k.shape[-2], causal, key_mask, q.device) if causal
-                else key_mask[:, None, None, :].bool())
+        mask = (
+            allowed_keys(q.shape[-2], k.shape[-2], causal, key_mask, q.device)
+            if causal
+            else key_mask[:, None, None, :].bool()
+        )
     elif causal and q.shape[-2] != k.shape[-2]:
         mask = allowed_keys(q.shape[-2], k.shape[-2], causal, None, q.device)  # SDPA's is_causal aligns top-left
     with torch.autocast("cpu", enabled=False) if upcast else contextlib.nullcontext():

@@ -10,6 +10,7 @@ On CUDA it is a `triton_op`: torch.compile sees the kernels, traces a block with
 CPU interpreter (tests) the same function is an opaque `custom_op` with a fake implementation,
 because dynamo would otherwise trace into the interpreted kernels with fake tensors.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,20 +29,40 @@ def unavailable_reason(device: torch.device) -> str | None:
     if triton is None:
         return "attn_impl='fused' needs the triton package (pip install triton); use 'sdpa' on this machine"
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        return (f"attn_impl='fused' is a CUDA kernel but the model is on {device.type}; use 'sdpa' "
-                "(or set TRITON_INTERPRET=1 to run the kernel slowly through Triton's interpreter)")
+        return (
+            f"attn_impl='fused' is a CUDA kernel but the model is on {device.type}; use 'sdpa' "
+            "(or set TRITON_INTERPRET=1 to run the kernel slowly through Triton's interpreter)"
+        )
     return None
 
 
 def _meta(q: Tensor, key_mask: Tensor | None) -> dict:
     B, H, T, D = q.shape
     sm_scale, qk_scale = fk.scales(D)
-    return dict(B=B, H=H, T=T, D=D, BD=max(16, triton.next_power_of_2(D)), SM=sm_scale, QK=qk_scale,
-                bucket=triton.next_power_of_2(T), skmb=0 if key_mask is None or key_mask.shape[0] == 1 else T)
+    return dict(
+        B=B,
+        H=H,
+        T=T,
+        D=D,
+        BD=max(16, triton.next_power_of_2(D)),
+        SM=sm_scale,
+        QK=qk_scale,
+        bucket=triton.next_power_of_2(T),
+        skmb=0 if key_mask is None or key_mask.shape[0] == 1 else T,
+    )
 
 
-def _forward_impl(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, gamma: Tensor | None,
-                  key_mask: Tensor | None, counts: Tensor | None, causal: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _forward_impl(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    gamma: Tensor | None,
+    key_mask: Tensor | None,
+    counts: Tensor | None,
+    causal: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
     m = _meta(q, key_mask)
     B, H, T, D = m["B"], m["H"], m["T"], m["D"]
     # The sdpa path's dtype: alpha V is the residual stream, fp32 under autocast.
@@ -51,16 +72,49 @@ def _forward_impl(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, 
     lse = q.new_empty(B, H, T, dtype=torch.float32)
     km, cnt = (key_mask, counts) if key_mask is not None else (lse, lse)  # unread placeholders
     grid = lambda meta: (triton.cdiv(T, meta["BM"]), B * H)  # noqa: E731
-    wrap_triton(fk._fwd)[grid](q, k, v, km, cnt, alpha, beta, gamma if gamma is not None else alpha, out, att, lse,
-                           *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], m["skmb"], H, T, m["bucket"],
-                           D=D, BD=m["BD"], QK_SCALE=m["QK"], CAUSAL=causal, HAS_MASK=key_mask is not None,
-                           HAS_GAMMA=gamma is not None)
+    wrap_triton(fk._fwd)[grid](
+        q,
+        k,
+        v,
+        km,
+        cnt,
+        alpha,
+        beta,
+        gamma if gamma is not None else alpha,
+        out,
+        att,
+        lse,
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        m["skmb"],
+        H,
+        T,
+        m["bucket"],
+        D=D,
+        BD=m["BD"],
+        QK_SCALE=m["QK"],
+        CAUSAL=causal,
+        HAS_MASK=key_mask is not None,
+        HAS_GAMMA=gamma is not None,
+    )
     return out.transpose(1, 2), att, lse
 
 
-def _backward_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor,
-                   gamma: Tensor | None, key_mask: Tensor | None, counts: Tensor | None, att: Tensor,
-                   lse: Tensor, causal: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _backward_impl(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    gamma: Tensor | None,
+    key_mask: Tensor | None,
+    counts: Tensor | None,
+    att: Tensor,
+    lse: Tensor,
+    causal: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     m = _meta(q, key_mask)
     B, H, T, D = m["B"], m["H"], m["T"], m["D"]
     km, cnt = (key_mask, counts) if key_mask is not None else (lse, lse)
@@ -68,22 +122,71 @@ def _backward_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor,
     n_rows = triton.cdiv(T, fk.ROW_TILE)
     delta = torch.empty_like(lse)
     d_beta = lse.new_empty(B * H, n_rows)
-    wrap_triton(fk._bwd_rows)[(n_rows, B * H)](dout, att, beta, delta, d_beta, *dout.stride()[:3], H, T, n_rows,
-                                            D=D, BD=m["BD"], BM=fk.ROW_TILE)
+    wrap_triton(fk._bwd_rows)[(n_rows, B * H)](
+        dout, att, beta, delta, d_beta, *dout.stride()[:3], H, T, n_rows, D=D, BD=m["BD"], BM=fk.ROW_TILE
+    )
     # Per key row, every row written by whichever tile size runs (see _bwd_dkdv): never stale.
     d_alpha = lse.new_empty(B * H, T)
     d_gamma = lse.new_zeros(B * H, T) if gamma is None else lse.new_empty(B * H, T)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     gc = gamma if gamma is not None else alpha
     wrap_triton(fk._bwd_dkdv)[lambda meta: (triton.cdiv(T, meta["BN"]), B * H)](
-        q, k, v, km, cnt, dout, lse, delta, alpha, beta, gc, dk, dv, d_alpha, d_gamma,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3], m["skmb"],
-        *dk.stride()[:3], *dv.stride()[:3], H, T, m["bucket"],
-        D=D, BD=m["BD"], SM_SCALE=m["SM"], QK_SCALE=m["QK"], **flags)
+        q,
+        k,
+        v,
+        km,
+        cnt,
+        dout,
+        lse,
+        delta,
+        alpha,
+        beta,
+        gc,
+        dk,
+        dv,
+        d_alpha,
+        d_gamma,
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        *dout.stride()[:3],
+        m["skmb"],
+        *dk.stride()[:3],
+        *dv.stride()[:3],
+        H,
+        T,
+        m["bucket"],
+        D=D,
+        BD=m["BD"],
+        SM_SCALE=m["SM"],
+        QK_SCALE=m["QK"],
+        **flags,
+    )
     wrap_triton(fk._bwd_dq)[lambda meta: (triton.cdiv(T, meta["BM"]), B * H)](
-        q, k, v, km, dout, lse, delta, beta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        *dout.stride()[:3], m["skmb"], *dq.stride()[:3], H, T, m["bucket"],
-        D=D, BD=m["BD"], SM_SCALE=m["SM"], QK_SCALE=m["QK"], **flags)
+        q,
+        k,
+        v,
+        km,
+        dout,
+        lse,
+        delta,
+        beta,
+        dq,
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        *dout.stride()[:3],
+        m["skmb"],
+        *dq.stride()[:3],
+        H,
+        T,
+        m["bucket"],
+        D=D,
+        BD=m["BD"],
+        SM_SCALE=m["SM"],
+        QK_SCALE=m["QK"],
+        **flags,
+    )
 
     def per_head(part, like):
         return part.view(B, H, -1).sum((0, 2)).to(like.dtype)
@@ -97,18 +200,28 @@ if triton is not None:
     _backward = _register("blocklab::shaped_attention_backward", _backward_impl, mutates_args=())
 
     if fk.INTERPRET:
+
         @_forward.register_fake
         def _(q, k, v, alpha, beta, gamma, key_mask, counts, causal):
             B, H, T, D = q.shape
             out_dtype = torch.promote_types(torch.promote_types(alpha.dtype, v.dtype), q.dtype)
-            return (q.new_empty(B, T, H, D, dtype=out_dtype).transpose(1, 2), q.new_empty(B, T, H, D),
-                    q.new_empty(B, H, T, dtype=torch.float32))
+            return (
+                q.new_empty(B, T, H, D, dtype=out_dtype).transpose(1, 2),
+                q.new_empty(B, T, H, D),
+                q.new_empty(B, H, T, dtype=torch.float32),
+            )
 
         @_backward.register_fake
         def _(dout, q, k, v, alpha, beta, gamma, key_mask, counts, att, lse, causal):
             gc = gamma if gamma is not None else alpha
-            return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(alpha),
-                    torch.empty_like(beta), torch.empty_like(gc))
+            return (
+                torch.empty_like(q),
+                torch.empty_like(k),
+                torch.empty_like(v),
+                torch.empty_like(alpha),
+                torch.empty_like(beta),
+                torch.empty_like(gc),
+            )
 
     def _setup_context(ctx, inputs, output):
         q, k, v, alpha, beta, gamma, key_mask, counts, causal = inputs
@@ -142,6 +255,6 @@ def fused_shaped_attention(q, k, v, alpha, beta, gamma, causal: bool, key_mask=N
     if key_mask is not None:
         key_mask = key_mask.to(torch.int32).contiguous()
         # Keys each query row may see: C's denominators, O(T) and computed once per call.
-        counts = (key_mask.cumsum(-1) if causal else key_mask.sum(-1, keepdim=True).expand_as(key_mask))
+        counts = key_mask.cumsum(-1) if causal else key_mask.sum(-1, keepdim=True).expand_as(key_mask)
         counts = counts.to(torch.float32).contiguous()
     return _forward(q, k, v, alpha, beta, gamma, key_mask, counts, causal)[0]

@@ -17,6 +17,7 @@ are folded into the dK/dV kernel as per-row partial sums.
 A query row that sees no key (all its keys padded) gets a zero attention row and a zero
 centring row, never NaN: its log-sum-exp is stored as +inf so the backward's p is 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,10 +80,12 @@ if triton is not None:
             return (offs + 1).to(tl.float32)
         return tl.zeros(offs.shape, tl.float32) + T
 
+    # fmt: off
     @triton.jit
     def _fwd_keys(acc, l_i, m_i, vcols, q, K, V, KM, k_base, v_base, km_base, skt, svt,
                   offs_m, offs_d, lo, hi, T, QK_SCALE: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
                   HAS_MASK: tl.constexpr, HAS_GAMMA: tl.constexpr, MASKED: tl.constexpr, BN: tl.constexpr):
+        # fmt: on
         """Key tiles [lo, hi): online softmax into (acc, l_i, m_i) and the keys' V column sums."""
         for start_n in range(lo, hi, BN):
             offs_n = start_n + tl.arange(0, BN)
@@ -115,12 +118,14 @@ if triton is not None:
                 vcols += vf
         return acc, l_i, m_i, vcols
 
+    # fmt: off
     @triton.autotune(configs=_configs(FWD_TILES), key=TUNE_KEY)
     @triton.jit
     def _fwd(Q, K, V, KM, CNT, GA, GB, GC, OUT, ATT, LSE,
              sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, skmb, H, T, T_BUCKET,
              D: tl.constexpr, BD: tl.constexpr, QK_SCALE: tl.constexpr, CAUSAL: tl.constexpr,
              HAS_MASK: tl.constexpr, HAS_GAMMA: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+        # fmt: on
         pid_m, bh = tl.program_id(0), tl.program_id(1)
         b, h = bh // H, bh % H
         start_m = pid_m * BM
@@ -166,9 +171,11 @@ if triton is not None:
         lse = tl.where(l_i > 0, m_i + tl.math.log2(tl.where(l_i > 0, l_i, 1.0)), float("inf"))
         tl.store(LSE + bh.to(tl.int64) * T + offs_m, lse, mask=offs_m < T)
 
+    # fmt: off
     @triton.jit
     def _bwd_rows(DO, ATT, GB, DELTA, DBETA, sdob, sdoh, sdot, H, T, NT,
                   D: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr):
+        # fmt: on
         """delta_i = beta <dO_i, (A V)_i> (flash attention's row term) and this tile's part of d_beta."""
         pid_m, bh = tl.program_id(0), tl.program_id(1)
         b, h = bh // H, bh % H
@@ -180,11 +187,13 @@ if triton is not None:
         tl.store(DELTA + bh.to(tl.int64) * T + offs_m, tl.load(GB + h) * r, mask=offs_m < T)
         tl.store(DBETA + bh.to(tl.int64) * NT + pid_m, tl.sum(r, 0))
 
+    # fmt: off
     @triton.jit
     def _dkdv_queries(dk, dv, gcols, k, v, Q, DO, LSE, DELTA, CNT, q_base, do_base, r_base, cnt_base,
                       sqt, sdot, beta, offs_n, offs_d, lo, hi, T, QK_SCALE: tl.constexpr, D: tl.constexpr,
                       CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, HAS_GAMMA: tl.constexpr,
                       MASKED: tl.constexpr, DIAG: tl.constexpr, BM: tl.constexpr):
+        # fmt: on
         """Query tiles [lo, hi) against one key tile, transposed (keys are rows): dK, dV, and the
         column sums of dO / count from the query tiles after the key tile (C^T dO)."""
         for start_m in range(lo, hi, BM):
@@ -205,6 +214,7 @@ if triton is not None:
                 gcols += do.to(tl.float32) / tl.maximum(cnt, 1.0)[:, None]
         return dk, dv, gcols
 
+    # fmt: off
     @triton.autotune(configs=_configs(DKDV_TILES), key=TUNE_KEY)
     @triton.jit
     def _bwd_dkdv(Q, K, V, KM, CNT, DO, LSE, DELTA, GA, GB, GC, DK, DV, DALPHA, DGAMMA,
@@ -213,6 +223,7 @@ if triton is not None:
                   D: tl.constexpr, BD: tl.constexpr, SM_SCALE: tl.constexpr, QK_SCALE: tl.constexpr,
                   CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, HAS_GAMMA: tl.constexpr,
                   BM: tl.constexpr, BN: tl.constexpr):
+        # fmt: on
         pid_n, bh = tl.program_id(0), tl.program_id(1)
         b, h = bh // H, bh % H
         start_n = pid_n * BN
@@ -268,10 +279,12 @@ if triton is not None:
         tl.store(dk_ptrs, (dk * SM_SCALE).to(DK.dtype.element_ty), mask=cols)
         tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=cols)
 
+    # fmt: off
     @triton.jit
     def _dq_keys(dq, q, do, lse, delta, K, V, KM, k_base, v_base, km_base, skt, svt, beta, offs_m, offs_d,
                  lo, hi, T, QK_SCALE: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASKED: tl.constexpr, BN: tl.constexpr):
+        # fmt: on
         for start_n in range(lo, hi, BN):
             offs_n = start_n + tl.arange(0, BN)
             k = _rows(K, k_base, skt, offs_n, offs_d, T, D, MASKED).to(q.dtype)
@@ -289,6 +302,7 @@ if triton is not None:
             dq += tl.dot(ds.to(q.dtype), k)
         return dq
 
+    # fmt: off
     @triton.autotune(configs=_configs(DQ_TILES), key=TUNE_KEY)
     @triton.jit
     def _bwd_dq(Q, K, V, KM, DO, LSE, DELTA, GB, DQ, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
@@ -296,6 +310,7 @@ if triton is not None:
                 D: tl.constexpr, BD: tl.constexpr, SM_SCALE: tl.constexpr, QK_SCALE: tl.constexpr,
                 CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, HAS_GAMMA: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr):
+        # fmt: on
         pid_m, bh = tl.program_id(0), tl.program_id(1)
         b, h = bh // H, bh % H
         start_m = pid_m * BM

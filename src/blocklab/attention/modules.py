@@ -1,4 +1,5 @@
 """Attention sub-blocks: standard multi-head attention and shaped attention (He & Hofmann)."""
+
 from __future__ import annotations
 
 import torch
@@ -96,7 +97,7 @@ class MultiHeadAttention(nn.Module):
         self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=cfg.bias) for _ in range(4))
         # init="xavier" (fairseq's MultiheadAttention): the query, key and value projections at gain 1/sqrt(2).
         for lin in (self.q, self.k, self.v):
-            lin.xavier_gain = 2 ** -0.5
+            lin.xavier_gain = 2**-0.5
         self.qk_norm = make_qk_norm(cfg, always=qk_norm)  # qk_norm=True: the block always has it (op)
 
     @property
@@ -110,8 +111,13 @@ class MultiHeadAttention(nn.Module):
         k = split_heads(self.k(m), H)
         return (self.qk_norm.k(k) if self.qk_norm is not None else k), split_heads(self.v(m), H)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None, memory: torch.Tensor | None = None,
-                kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        key_mask: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """x (B, T, d). `key_mask` (B, Tk): True (1) at the keys that may be attended, None for all.
 
         Self-attention by default. Cross-attention: `memory` (B, S, d), or `kv` = keys_values(memory)

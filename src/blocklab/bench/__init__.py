@@ -4,6 +4,7 @@ Modules: `config` (shape, variants, validation), `peak` (matmul peak), `flops` (
 `step` (one training step), `timing` (interleaved timing), `memory` + `worker` (peak memory in
 fresh processes, memory scaling), `runner` (`run_bench`), `report` (tables, JSON).
 """
+
 from blocklab.bench.config import SHAPES, BenchConfig, Shape, Variant, parse_shape
 from blocklab.bench.report import render_text, write_json
 from blocklab.bench.runner import run_bench

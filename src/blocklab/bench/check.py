@@ -6,6 +6,7 @@ bidirectional with right padding, at a T below one kernel tile and one spanning 
 Speed: forward + backward at the paper's T=128 and at T=1024, 4096, in the device's fast dtype.
 A path that cannot run here is reported unavailable with the reason, never as a crash.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -95,8 +96,15 @@ def _check_case(path, device: str, dtype, T: int, case, seed: int) -> dict:
     errs = {"out": rel_err(out, ref)}
     errs.update((f"grad {n}", rel_err(g, r)) for n, g, r in zip(GRAD_NAMES, grads, ref_grads))
     worst = max(errs, key=lambda k: errs[k] if math.isfinite(errs[k]) else math.inf)
-    return {"dtype": str(dtype).removeprefix("torch."), "T": T, "case": name, "tol": tol, "errors": errs,
-            "worst": worst, "ok": all(e <= tol for e in errs.values())}  # nan <= tol is False
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "T": T,
+        "case": name,
+        "tol": tol,
+        "errors": errs,
+        "worst": worst,
+        "ok": all(e <= tol for e in errs.values()),
+    }  # nan <= tol is False
 
 
 def check_correctness(path, device: str, dtypes, check_T, progress) -> dict:
@@ -112,9 +120,11 @@ def check_correctness(path, device: str, dtypes, check_T, progress) -> dict:
                     raised = f"raised {type(e).__name__}: {_first_line(e)} ({where})"
                     return {"ok": False, "records": records, "raised": raised}
                 records.append(rec)
-                progress(f"{path.name}: {rec['dtype']} T={T} {case[0]}: "
-                         f"worst {rec['worst']} {rec['errors'][rec['worst']]:.1e} (tol {rec['tol']:g})"
-                         + ("" if rec["ok"] else "  WRONG"))
+                progress(
+                    f"{path.name}: {rec['dtype']} T={T} {case[0]}: "
+                    f"worst {rec['worst']} {rec['errors'][rec['worst']]:.1e} (tol {rec['tol']:g})"
+                    + ("" if rec["ok"] else "  WRONG")
+                )
     return {"ok": all(r["ok"] for r in records), "records": records}
 
 
@@ -146,6 +156,7 @@ def time_paths(paths, device: str, T: int, reps: int, warmup: int, progress) -> 
             with _autocast(device, dtype):
                 out = path.fn(*args, True, None)
             torch.autograd.grad(out, leaves, torch.ones_like(out))
+
         try:
             for _ in range(max(1, warmup)):  # at least one: it finds out of memory before the timed reps
                 time_step(step, device)
@@ -166,9 +177,12 @@ def time_paths(paths, device: str, T: int, reps: int, warmup: int, progress) -> 
             times[name].append(time_step(steps[name], device))
     for name, ts in times.items():
         result[name] = {"ms": 1000 * statistics.median(ts), "times_ms": [1000 * t for t in ts]}
-    progress(f"T={T} (B={B}, H={H}, {str(dtype).removeprefix('torch.')}): "
-             + ", ".join(f"{n} {r['ms']:.2f} ms" if "ms" in r else f"{n} skipped ({r['skipped']})"
-                         for n, r in result.items()))
+    progress(
+        f"T={T} (B={B}, H={H}, {str(dtype).removeprefix('torch.')}): "
+        + ", ".join(
+            f"{n} {r['ms']:.2f} ms" if "ms" in r else f"{n} skipped ({r['skipped']})" for n, r in result.items()
+        )
+    )
     return {"B": B, "H": H, "D": SPEED_D, "dtype": str(dtype).removeprefix("torch."), "paths": result}
 
 
@@ -204,10 +218,13 @@ def _verdict(name: str, entry: dict, shapes, baseline: str) -> str:
     speeds = []
     for T in shapes:
         s = entry["speed"].get(str(T), {})
-        speeds.append(f"T={T} " + (f"{s['speedup']:.2f}x" if "speedup" in s else
-                                   f"skipped ({s.get('skipped', 'baseline not timed')})"))
-    errs = "; ".join(f"{SHORT.get(dt, dt)} fwd {e['fwd']:.0e} grads {e['grads']:.0e}"
-                     for dt, e in entry["max_err"].items())
+        speeds.append(
+            f"T={T} "
+            + (f"{s['speedup']:.2f}x" if "speedup" in s else f"skipped ({s.get('skipped', 'baseline not timed')})")
+        )
+    errs = "; ".join(
+        f"{SHORT.get(dt, dt)} fwd {e['fwd']:.0e} grads {e['grads']:.0e}" for dt, e in entry["max_err"].items()
+    )
     speed = "speed is the baseline" if name == baseline else f"speed vs {baseline}: " + ", ".join(speeds)
     return f"{name}: correct (max rel err {errs}), {entry.get('note', speed)}"
 
@@ -250,15 +267,27 @@ def _check_one(path, device: str, dtypes, check_T, shapes, progress) -> dict:
         entry.update(note=INTERPRETER_NOTE, speed={str(T): {"skipped": "interpreter"} for T in shapes})
     else:
         res = check_correctness(path, device, dtypes, check_T, progress)
-    entry.update(check_s=time.perf_counter() - t0,  # kernel compilation included
-                 correctness=res, max_err=max_errors(res["records"]), status="correct" if res["ok"] else "wrong")
+    entry.update(
+        check_s=time.perf_counter() - t0,  # kernel compilation included
+        correctness=res,
+        max_err=max_errors(res["records"]),
+        status="correct" if res["ok"] else "wrong",
+    )
     if not res["ok"]:
         entry["reason"] = _failure(res)
     return entry
 
 
-def run_check(device: str, dtypes=None, shapes=SHAPES, progress: Callable[[str], None] = lambda s: None,
-              reps: int | None = None, warmup: int | None = None, check_T=None, paths=None) -> dict:
+def run_check(
+    device: str,
+    dtypes=None,
+    shapes=SHAPES,
+    progress: Callable[[str], None] = lambda s: None,
+    reps: int | None = None,
+    warmup: int | None = None,
+    check_T=None,
+    paths=None,
+) -> dict:
     """Check and time every attention path (or those named in `paths`) on `device` ("cpu" or "cuda")."""
     check_T = list(check_T or CHECK_T)
     dtypes = list(dtypes or device_dtypes(device))
@@ -281,10 +310,18 @@ def run_check(device: str, dtypes=None, shapes=SHAPES, progress: Callable[[str],
     for name, entry in out.items():
         entry["verdict"] = _verdict(name, entry, shapes, entry["baseline"])
     auto_line, auto_warns = _auto_line(device, out, shapes)
-    return {"device": device, "machine": describe(machine_info(device)),
-            "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
-            "tolerances": {str(d).removeprefix("torch."): tolerance(device, d) for d in dtypes},
-            "check_shape": dict(CHECK_SHAPE, T=list(check_T)), "cases": [c[0] for c in CASES],
-            "shapes": list(shapes), "reps": reps, "warmup": warmup, "timing": timing, "paths": out,
-            "auto": {"line": auto_line, "warning": auto_warns},
-            "ok": all(e["status"] != "wrong" for e in out.values())}
+    return {
+        "device": device,
+        "machine": describe(machine_info(device)),
+        "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
+        "tolerances": {str(d).removeprefix("torch."): tolerance(device, d) for d in dtypes},
+        "check_shape": dict(CHECK_SHAPE, T=list(check_T)),
+        "cases": [c[0] for c in CASES],
+        "shapes": list(shapes),
+        "reps": reps,
+        "warmup": warmup,
+        "timing": timing,
+        "paths": out,
+        "auto": {"line": auto_line, "warning": auto_warns},
+        "ok": all(e["status"] != "wrong" for e in out.values()),
+    }

@@ -6,6 +6,7 @@ as `attn_impl` names them; plain softmax attention A V (pre-ln's MHA) by two. Th
 `MultiHeadAttention` calls. Looked up at call time, so a test can break one and see the check
 report it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -49,10 +50,10 @@ def _fused_reason(device: torch.device) -> str | None:
 @dataclass(frozen=True)
 class Path:
     name: str
-    kind: str              # "shaped" (q, k, v and three gains) or "softmax" (q, k, v)
+    kind: str  # "shaped" (q, k, v and three gains) or "softmax" (q, k, v)
     fn: Callable
-    baseline: str          # the path its speed is compared with
-    tt_matrix: bool        # forms B x H x T x T tensors: timed only where they fit
+    baseline: str  # the path its speed is compared with
+    tt_matrix: bool  # forms B x H x T x T tensors: timed only where they fit
     unavailable: Callable[[torch.device], str | None] = _always
 
 
@@ -69,7 +70,8 @@ PATHS = {
 @dataclass
 class Inputs:
     """q, k, v as (B, H, T, D) head views of (B, T, H*D) leaves, as a model's projections give them."""
-    leaves: list[torch.Tensor]   # the (B, T, H*D) q, k, v, then alpha, beta, gamma (H,)
+
+    leaves: list[torch.Tensor]  # the (B, T, H*D) q, k, v, then alpha, beta, gamma (H,)
     key_mask: torch.Tensor | None
     H: int
 
@@ -109,5 +111,5 @@ def make_inputs(B, H, T, D, dtype, device, padded: bool, seed: int = 0) -> Input
     if padded:
         mask = torch.ones(B, T, dtype=torch.bool, device=device)
         for i in range(B):
-            mask[i, max(1, T - (i + 1) * max(1, T // (2 * B))):] = False
+            mask[i, max(1, T - (i + 1) * max(1, T // (2 * B))) :] = False
     return Inputs(qkv + gains, mask, H)

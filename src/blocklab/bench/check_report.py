@@ -1,4 +1,5 @@
 """The text `blocklab check` prints: one table of errors and timings, then one verdict per path."""
+
 from __future__ import annotations
 
 import textwrap
@@ -20,8 +21,10 @@ def _speed_cell(s: dict) -> str:
 
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in rows]
+    return [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in rows
+    ]
 
 
 def render_text(result: dict) -> str:
@@ -30,12 +33,16 @@ def render_text(result: dict) -> str:
     cs = result["check_shape"]
     wrap = lambda text: textwrap.wrap(text, 100, subsequent_indent="        ", break_on_hyphens=False)  # noqa: E731
     lines = [f"blocklab check on {result['device']}: {result['machine']}", ""]
-    lines += wrap(f"errors: max|x - ref| / max(1, max|ref|) against the materialised formula in float64, "
-                  f"of the output and the gradients of q, k, v and the gains; worst over "
-                  f"T={','.join(map(str, cs['T']))} (B={cs['B']}, H={cs['H']}, D={cs['D']}), "
-                  f"{' and '.join(result['cases'])}; tolerance {tols}")
-    lines += wrap(f"timing: forward+backward ms, causal, median of {result['reps']} after {result['warmup']} "
-                  "warm-up; (x) = the baseline's time / this time, >1 is faster")
+    lines += wrap(
+        f"errors: max|x - ref| / max(1, max|ref|) against the materialised formula in float64, "
+        f"of the output and the gradients of q, k, v and the gains; worst over "
+        f"T={','.join(map(str, cs['T']))} (B={cs['B']}, H={cs['H']}, D={cs['D']}), "
+        f"{' and '.join(result['cases'])}; tolerance {tols}"
+    )
+    lines += wrap(
+        f"timing: forward+backward ms, causal, median of {result['reps']} after {result['warmup']} "
+        "warm-up; (x) = the baseline's time / this time, >1 is faster"
+    )
     lines.append("")
     head = ["path", "status"]
     for d in dtypes:
@@ -51,6 +58,10 @@ def render_text(result: dict) -> str:
     lines += [f"  {e['verdict']}" for e in result["paths"].values()]
     lines += [f"  {result['auto']['line']}"]
     wrong = [n for n, e in result["paths"].items() if e["status"] == "wrong"]
-    lines += ["", f"FAILED: wrong on this machine: {', '.join(wrong)}" if wrong else
-              "all available paths agree with the reference"]
+    lines += [
+        "",
+        f"FAILED: wrong on this machine: {', '.join(wrong)}"
+        if wrong
+        else "all available paths agree with the reference",
+    ]
     return "\n".join(lines)

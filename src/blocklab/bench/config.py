@@ -3,6 +3,7 @@
 Every user-facing check lives here and raises `UserError` with one line, so the CLI and
 `benchmarks/run_all.py` share the same validation.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
@@ -16,11 +17,23 @@ ATTN_IMPLS = ("sdpa", "fused", "materialized", "auto")  # see ModelConfig.attn_i
 
 # Short keys of --shape and the ModelConfig / batch field each one sets.
 SHAPE_KEYS = {
-    "d": "d_model", "heads": "n_heads", "ff": "d_ff", "T": "seq_len", "layers": "n_layers",
-    "vocab": "vocab_size", "batch": "batch",
+    "d": "d_model",
+    "heads": "n_heads",
+    "ff": "d_ff",
+    "T": "seq_len",
+    "layers": "n_layers",
+    "vocab": "vocab_size",
+    "batch": "batch",
 }
-ALIASES = {"d_model": "d", "n_heads": "heads", "d_ff": "ff", "seq_len": "T", "n_layers": "layers",
-           "vocab_size": "vocab", "batch_size": "batch"}
+ALIASES = {
+    "d_model": "d",
+    "n_heads": "heads",
+    "d_ff": "ff",
+    "seq_len": "T",
+    "n_layers": "layers",
+    "vocab_size": "vocab",
+    "batch_size": "batch",
+}
 
 
 @dataclass(frozen=True)
@@ -47,16 +60,25 @@ class Shape:
         from blocklab import ModelConfig
 
         T = seq_len or self.seq_len
-        return ModelConfig(block=block, task="clm", vocab_size=self.vocab_size, d_model=self.d_model,
-                           n_layers=self.n_layers, n_heads=self.n_heads, d_ff=self.d_ff, max_seq_len=T,
-                           attn_impl=attn_impl)
+        return ModelConfig(
+            block=block,
+            task="clm",
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            max_seq_len=T,
+            attn_impl=attn_impl,
+        )
 
 
 # Named shapes accepted by --shape (and as the base that `key=value` pairs override).
 SHAPES = {
     "cpu-target": Shape(),  # issue 7: d=768, 12 heads, MLP 3072, T=128, 6 layers, vocab 2048, batch 8
-    "he-codeparrot": Shape(d_model=768, n_heads=12, d_ff=3072, seq_len=128, n_layers=18,
-                           vocab_size=50000, batch=128),  # issue 6's GPU preset, SPEC section 2's vocab
+    "he-codeparrot": Shape(
+        d_model=768, n_heads=12, d_ff=3072, seq_len=128, n_layers=18, vocab_size=50000, batch=128
+    ),  # issue 6's GPU preset, SPEC section 2's vocab
     "tiny": Shape(d_model=64, n_heads=4, d_ff=256, seq_len=32, n_layers=2, vocab_size=256, batch=2),
 }
 
@@ -116,19 +138,19 @@ class BenchConfig:
     shape: Shape = field(default_factory=Shape)
     variants: list[Variant] = field(default_factory=list)
     device: str = "cpu"
-    reps: int = 5                # round-robin rounds; each round times `steps` steps of every variant
-    steps: int = 1               # timed steps per variant per round
-    warmup: int = 2              # untimed steps per variant before the first round
-    memory: bool = True          # measure peak memory per variant (one subprocess each)
+    reps: int = 5  # round-robin rounds; each round times `steps` steps of every variant
+    steps: int = 1  # timed steps per variant per round
+    warmup: int = 2  # untimed steps per variant before the first round
+    memory: bool = True  # measure peak memory per variant (one subprocess each)
     peak_size: int | None = None  # square matmul size for the peak; None: 2048 on CPU, 8192 on CUDA
     scaling_T: list[int] = field(default_factory=list)  # memory scaling sequence lengths; empty: none
     scaling_blocks: list[str] = field(default_factory=list)
     scaling_impls: list[str] = field(default_factory=lambda: ["sdpa", "materialized"])
     scaling_precision: str = "fp32"
-    skip_steps: bool = False     # only the memory scaling (no step timing, no peak)
-    reference: str = "pre-ln"    # the block the ratios are taken against
-    adamw: str = "fused"         # AdamW implementation: fused | foreach | loop (see bench.step.make_adamw)
-    command: str = ""            # the command line that produced this run, for the report
+    skip_steps: bool = False  # only the memory scaling (no step timing, no peak)
+    reference: str = "pre-ln"  # the block the ratios are taken against
+    adamw: str = "fused"  # AdamW implementation: fused | foreach | loop (see bench.step.make_adamw)
+    command: str = ""  # the command line that produced this run, for the report
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -175,8 +197,10 @@ def parse_variants(text: str) -> list[Variant]:
             elif tok in ATTN_IMPLS:
                 kw["attn_impl"] = tok
             else:
-                raise UserError(f"--extra: {tok!r} in {item!r} is not a precision ({', '.join(PRECISIONS)}), "
-                                f"compile|eager or an attention path ({', '.join(ATTN_IMPLS)})")
+                raise UserError(
+                    f"--extra: {tok!r} in {item!r} is not a precision ({', '.join(PRECISIONS)}), "
+                    f"compile|eager or an attention path ({', '.join(ATTN_IMPLS)})"
+                )
         out.append(Variant(block, **kw))
     return out
 
@@ -233,7 +257,9 @@ def check_fused_available(impl: str, device: str) -> None:
 
         from blocklab.attention.fused import unavailable_reason
 
-        why = unavailable_reason(torch.device("cuda" if device in ("cuda", "auto") and torch.cuda.is_available() else "cpu"))
+        why = unavailable_reason(
+            torch.device("cuda" if device in ("cuda", "auto") and torch.cuda.is_available() else "cpu")
+        )
         if why:
             raise UserError(why)
 

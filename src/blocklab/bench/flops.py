@@ -9,6 +9,7 @@ FlopCounterMode has no formula for the CPU flash-attention kernels that
 for them, so attention costs the same on CPU and GPU. Like FlopCounterMode, we count the full
 T x T attention products even when causal (the kernel skips about half of them).
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,10 @@ def _sdpa_backward(grad_out, q, k, v, *args, out_shape=None, **kwargs) -> int:
 def _custom_mapping() -> dict:
     """Formulas for the CPU flash-attention ops (absent from PyTorch's registry in the versions we know)."""
     mapping = {}
-    for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _sdpa_forward),
-                          ("_scaled_dot_product_flash_attention_for_cpu_backward", _sdpa_backward)):
+    for name, formula in (
+        ("_scaled_dot_product_flash_attention_for_cpu", _sdpa_forward),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward", _sdpa_backward),
+    ):
         op = getattr(aten, name, None)
         if op is not None and op not in flop_counter.flop_registry:
             mapping[op] = formula
@@ -55,5 +58,4 @@ def step_flops(shape: Shape, variant: Variant, device: str) -> dict:
     total, per_op = count_flops(trainer.forward_backward)
     params = trainer.params
     trainer.close()
-    return {"flops": total, "per_op": per_op, "params": params,
-            "flops_per_token": total / shape.tokens}
+    return {"flops": total, "per_op": per_op, "params": params, "flops_per_token": total / shape.tokens}

@@ -1,4 +1,5 @@
 """The machine a benchmark ran on, device synchronisation, and process memory readings."""
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ See `blocklab.bench.worker` for the method. The scaling benchmark runs a forward
 available: the prediction is the previous measurement grown quadratically in T (an upper
 bound for both paths), and once one T is skipped or fails the longer ones are skipped too.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,12 +24,29 @@ from blocklab.bench.machine import available_memory
 SAFETY = 0.7  # use at most this fraction of the memory available when a measurement starts
 
 
-def run_worker(shape: Shape, variant: Variant, device: str, seq_len: int | None = None,
-               optimizer: bool = True, warmup: int = 1, measure: int = 2, timeout: float = 1800,
-               adamw: str = "fused") -> dict:
+def run_worker(
+    shape: Shape,
+    variant: Variant,
+    device: str,
+    seq_len: int | None = None,
+    optimizer: bool = True,
+    warmup: int = 1,
+    measure: int = 2,
+    timeout: float = 1800,
+    adamw: str = "fused",
+) -> dict:
     """Measure one configuration in a fresh interpreter; errors come back as {"error": ...}."""
-    job = {"shape": asdict(shape), "variant": asdict(variant), "device": device, "seq_len": seq_len,
-           "optimizer": optimizer, "adamw": adamw, "warmup": warmup, "measure": measure, "threads": torch.get_num_threads()}
+    job = {
+        "shape": asdict(shape),
+        "variant": asdict(variant),
+        "device": device,
+        "seq_len": seq_len,
+        "optimizer": optimizer,
+        "adamw": adamw,
+        "warmup": warmup,
+        "measure": measure,
+        "threads": torch.get_num_threads(),
+    }
     env = dict(os.environ)
     # glibc: a fixed mmap threshold (no dynamic raise) sends every large tensor to its own mapping, returned to
     # the OS when freed, so resident memory follows the live tensors instead of the heap's fragmentation.
@@ -36,8 +54,13 @@ def run_worker(shape: Shape, variant: Variant, device: str, seq_len: int | None 
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        proc = subprocess.run([sys.executable, "-m", "blocklab.bench.worker", json.dumps(job)],
-                              capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "blocklab.bench.worker", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f}s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -54,8 +77,15 @@ def variant_memory(shape: Shape, variant: Variant, device: str, adamw: str = "fu
     return run_worker(shape, variant, device, optimizer=True, warmup=1, measure=2, adamw=adamw)
 
 
-def memory_scaling(shape: Shape, blocks: list[str], impls: list[str], seq_lens: list[int], device: str,
-                   precision: str = "fp32", progress: Callable[[str], None] = lambda s: None) -> dict:
+def memory_scaling(
+    shape: Shape,
+    blocks: list[str],
+    impls: list[str],
+    seq_lens: list[int],
+    device: str,
+    precision: str = "fp32",
+    progress: Callable[[str], None] = lambda s: None,
+) -> dict:
     """Peak memory of forward + backward per (block, attn_impl) and T; see the module docstring."""
     rows = []
     for block in blocks:
@@ -70,8 +100,10 @@ def memory_scaling(shape: Shape, blocks: list[str], impls: list[str], seq_lens: 
                 if stop:
                     row.update(skipped=stop)
                 elif predicted is not None and avail is not None and predicted > SAFETY * avail:
-                    stop = (f"predicted {predicted / 2**30:.1f} GiB (T^2 growth from T={last[0]}) "
-                            f"> {SAFETY:.0%} of {avail / 2**30:.1f} GiB available")
+                    stop = (
+                        f"predicted {predicted / 2**30:.1f} GiB (T^2 growth from T={last[0]}) "
+                        f"> {SAFETY:.0%} of {avail / 2**30:.1f} GiB available"
+                    )
                     row.update(skipped=stop, predicted_bytes=int(predicted))
                 else:
                     progress(f"memory scaling: {block} [{impl}] T={T}")
@@ -97,8 +129,11 @@ def growth_fits(rows: list[dict]) -> dict:
 
     fits = {}
     for block, impl in dict.fromkeys((r["block"], r["attn_impl"]) for r in rows):
-        pts = [(r["T"], r["peak_bytes"]) for r in rows
-               if r["block"] == block and r["attn_impl"] == impl and r.get("peak_bytes", 0) > 0]
+        pts = [
+            (r["T"], r["peak_bytes"])
+            for r in rows
+            if r["block"] == block and r["attn_impl"] == impl and r.get("peak_bytes", 0) > 0
+        ]
         if len(pts) < 2:
             continue
         (t1, m1), (t2, m2) = pts[-2], pts[-1]

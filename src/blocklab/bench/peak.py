@@ -4,6 +4,7 @@ Square `n x n @ n x n` products (2 n^3 FLOPs each), the best of several timed ca
 warm-up: the highest rate a well-shaped matmul reaches here, which is the denominator of the
 model FLOPs utilisation (MFU). bf16 is a plain bf16 matmul, the op autocast runs.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,8 +21,9 @@ def default_size(device: str) -> int:
     return 8192 if device == "cuda" else 2048
 
 
-def matmul_peak(precision: str, device: str, n: int | None = None, repeats: int | None = None,
-                min_time: float = 0.25) -> dict:
+def matmul_peak(
+    precision: str, device: str, n: int | None = None, repeats: int | None = None, min_time: float = 0.25
+) -> dict:
     """FLOP/s of the best of `repeats` timed n x n matmuls (each timing spans >= `min_time` seconds)."""
     n = n or default_size(device)
     dtype = DTYPES[precision]
@@ -29,7 +31,7 @@ def matmul_peak(precision: str, device: str, n: int | None = None, repeats: int 
     a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
-    flops = 2.0 * n ** 3
+    flops = 2.0 * n**3
     torch.mm(a, b, out=out)  # warm-up: thread pool, kernel selection
     synchronize(device)
     t0 = time.perf_counter()
@@ -47,5 +49,11 @@ def matmul_peak(precision: str, device: str, n: int | None = None, repeats: int 
         synchronize(device)
         times.append((time.perf_counter() - t0) / inner)
     best = min(times)
-    return {"precision": precision, "n": n, "calls_per_timing": inner, "times_s": times,
-            "best_s": best, "flops_per_s": flops / best}
+    return {
+        "precision": precision,
+        "n": n,
+        "calls_per_timing": inner,
+        "times_s": times,
+        "best_s": best,
+        "flops_per_s": flops / best,
+    }

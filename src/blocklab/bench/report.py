@@ -1,4 +1,5 @@
 """Text tables (stdout, Markdown) and the JSON file of a benchmark result."""
+
 from __future__ import annotations
 
 import json
@@ -6,13 +7,13 @@ import json
 from blocklab.atomic import write_atomic
 from blocklab.bench.machine import describe
 
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def fmt_bytes(b) -> str:
     if b is None:
         return "-"
-    return f"{b / 2**30:.2f} GiB" if b >= 2 ** 30 else f"{b / MIB:.0f} MiB"
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / MIB:.0f} MiB"
 
 
 def fmt_int(n: float) -> str:
@@ -33,21 +34,40 @@ def table(headers: list[str], rows: list[list[str]], markdown: bool = False) -> 
 
 
 def step_table(result: dict, markdown: bool = False) -> str:
-    headers = ["variant", "params", "FLOP/step", "median step", "IQR", "min-max", "tokens/s", "MFU",
-               "peak mem", "vs ref: measured", "FLOPs ceiling", "of ceiling"]
+    headers = [
+        "variant",
+        "params",
+        "FLOP/step",
+        "median step",
+        "IQR",
+        "min-max",
+        "tokens/s",
+        "MFU",
+        "peak mem",
+        "vs ref: measured",
+        "FLOPs ceiling",
+        "of ceiling",
+    ]
     rows = []
     for r in result["rows"]:
         t = r["timing"]
         vs = r.get("vs_reference")
-        rows.append([
-            r["label"], fmt_int(r["params"]), fmt_int(r["step_flops"]), f"{t['median_s'] * 1e3:.1f} ms",
-            f"{t['iqr_s'] * 1e3:.1f} ms", f"{t['min_s'] * 1e3:.0f}-{t['max_s'] * 1e3:.0f} ms",
-            f"{r['tokens_per_s']:.0f}", f"{r['mfu']:.1%}",
-            fmt_bytes(r["peak_memory_bytes"]) if not r.get("memory_error") else "error",
-            f"{vs['speedup']:.3f}x" if vs else "(ref)" if r["block"] == ref_block(result) else "-",
-            f"{vs['flops_ceiling']:.3f}x" if vs else "-",
-            f"{vs['fraction_of_ceiling']:.0%}" if vs else "-",
-        ])
+        rows.append(
+            [
+                r["label"],
+                fmt_int(r["params"]),
+                fmt_int(r["step_flops"]),
+                f"{t['median_s'] * 1e3:.1f} ms",
+                f"{t['iqr_s'] * 1e3:.1f} ms",
+                f"{t['min_s'] * 1e3:.0f}-{t['max_s'] * 1e3:.0f} ms",
+                f"{r['tokens_per_s']:.0f}",
+                f"{r['mfu']:.1%}",
+                fmt_bytes(r["peak_memory_bytes"]) if not r.get("memory_error") else "error",
+                f"{vs['speedup']:.3f}x" if vs else "(ref)" if r["block"] == ref_block(result) else "-",
+                f"{vs['flops_ceiling']:.3f}x" if vs else "-",
+                f"{vs['fraction_of_ceiling']:.0%}" if vs else "-",
+            ]
+        )
     return table(headers, rows, markdown)
 
 
@@ -56,15 +76,24 @@ def ref_block(result: dict) -> str:
 
 
 def speedup_table(result: dict, markdown: bool = False) -> str | None:
-    rows = [[r["label"], r["vs_fp32_eager"]["baseline"], f"{r['vs_fp32_eager']['speedup']:.2f}x"]
-            for r in result["rows"] if r.get("vs_fp32_eager")]
+    rows = [
+        [r["label"], r["vs_fp32_eager"]["baseline"], f"{r['vs_fp32_eager']['speedup']:.2f}x"]
+        for r in result["rows"]
+        if r.get("vs_fp32_eager")
+    ]
     return table(["variant", "baseline", "tokens/s speedup"], rows, markdown) if rows else None
 
 
 def peak_table(result: dict, markdown: bool = False) -> str:
-    rows = [[p, str(v["n"]), f"{v['flops_per_s'] / 1e9:.1f}",
-             f"{v['before_flops_per_s'] / 1e9:.1f} / {v['after_flops_per_s'] / 1e9:.1f}"]
-            for p, v in result["peak"].items()]
+    rows = [
+        [
+            p,
+            str(v["n"]),
+            f"{v['flops_per_s'] / 1e9:.1f}",
+            f"{v['before_flops_per_s'] / 1e9:.1f} / {v['after_flops_per_s'] / 1e9:.1f}",
+        ]
+        for p, v in result["peak"].items()
+    ]
     return table(["precision", "matmul n", "peak GFLOP/s", "before / after timing"], rows, markdown)
 
 
@@ -88,8 +117,10 @@ def scaling_table(result: dict, markdown: bool = False) -> str | None:
     for k, v in ms["fits"].items():
         text = f"{k}: peak memory grows as T^{v['loglog_slope']:.2f} from T={v['T'][-2]} to {v['T'][-1]}"
         if "increment_exponent" in v:
-            text += (f"; its T-dependent part as T^{v['increment_exponent']:.2f} over T={'/'.join(map(str, v['T']))}"
-                     " (1 = linear, 2 = quadratic)")
+            text += (
+                f"; its T-dependent part as T^{v['increment_exponent']:.2f} over T={'/'.join(map(str, v['T']))}"
+                " (1 = linear, 2 = quadratic)"
+            )
         fits.append(text)
     grouped: dict[tuple, list[int]] = {}
     for r in ms["rows"]:
@@ -108,16 +139,24 @@ def scaling_table(result: dict, markdown: bool = False) -> str | None:
 
 def scaling_shape(result: dict) -> str:
     s = result["memory_scaling"]["shape"]
-    return (f"d={s['d_model']}, heads={s['n_heads']}, ff={s['d_ff']}, layers={s['n_layers']}, "
-            f"vocab={s['vocab_size']}, batch={s['batch']}; forward+backward, {result['memory_scaling']['rows'][0]['precision']}")
+    return (
+        f"d={s['d_model']}, heads={s['n_heads']}, ff={s['d_ff']}, layers={s['n_layers']}, "
+        f"vocab={s['vocab_size']}, batch={s['batch']}; forward+backward, {result['memory_scaling']['rows'][0]['precision']}"
+    )
 
 
 def render_text(result: dict) -> str:
     cfg = result["config"]
     parts = [f"machine: {describe(result['machine'])}", f"device: {result['machine']['device']}"]
     if result["rows"]:
-        parts += [f"shape: {cfg['shape']['spec']} ({cfg['reps']} rounds x {cfg['steps']} step(s), "
-                  f"{cfg['warmup']} warm-up steps, interleaved; AdamW {cfg.get('adamw', 'fused')})", "", peak_table(result), "", step_table(result)]
+        parts += [
+            f"shape: {cfg['shape']['spec']} ({cfg['reps']} rounds x {cfg['steps']} step(s), "
+            f"{cfg['warmup']} warm-up steps, interleaved; AdamW {cfg.get('adamw', 'fused')})",
+            "",
+            peak_table(result),
+            "",
+            step_table(result),
+        ]
         sp = speedup_table(result)
         if sp:
             parts += ["", sp]

@@ -7,6 +7,7 @@ memory-scaling benchmark. Derived figures: tokens/s = batch * T / median step ti
 step FLOPs / median step time / matmul peak at the variant's precision; ratios against the
 reference block (pre-ln) in the same precision and compile mode, beside the FLOPs ceiling.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,14 +37,22 @@ def peaks_for(precisions: list[str], device: str, n: int | None, progress) -> di
 
 def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = stderr_progress) -> dict:
     t_start = time.time()
-    result = {"config": cfg.to_dict(), "machine": machine_info(cfg.device), "rows": [], "peak": {},
-              "memory_scaling": None}
+    result = {
+        "config": cfg.to_dict(),
+        "machine": machine_info(cfg.device),
+        "rows": [],
+        "peak": {},
+        "memory_scaling": None,
+    }
     if not cfg.skip_steps:
         result.update(step_benchmark(cfg, progress))
     if cfg.scaling_T:
-        blocks = cfg.scaling_blocks or sorted({v.block for v in cfg.variants}, key=[v.block for v in cfg.variants].index)
-        result["memory_scaling"] = memory_scaling(cfg.shape, blocks, cfg.scaling_impls, cfg.scaling_T, cfg.device,
-                                                  cfg.scaling_precision, progress)
+        blocks = cfg.scaling_blocks or sorted(
+            {v.block for v in cfg.variants}, key=[v.block for v in cfg.variants].index
+        )
+        result["memory_scaling"] = memory_scaling(
+            cfg.shape, blocks, cfg.scaling_impls, cfg.scaling_T, cfg.device, cfg.scaling_precision, progress
+        )
     result["wall_s"] = time.time() - t_start
     return result
 
@@ -91,11 +100,16 @@ def step_benchmark(cfg: BenchConfig, progress) -> dict:
     peak = {}
     for p in precisions:
         best = max(peak_before[p], peak_after[p], key=lambda r: r["flops_per_s"])
-        peak[p] = {**best, "before_flops_per_s": peak_before[p]["flops_per_s"],
-                   "after_flops_per_s": peak_after[p]["flops_per_s"]}
+        peak[p] = {
+            **best,
+            "before_flops_per_s": peak_before[p]["flops_per_s"],
+            "after_flops_per_s": peak_after[p]["flops_per_s"],
+        }
 
-    rows = [make_row(v, shape, flops[(v.block, v.attn_impl)], times[v.label], peak[v.precision], memory.get(v))
-            for v in variants]
+    rows = [
+        make_row(v, shape, flops[(v.block, v.attn_impl)], times[v.label], peak[v.precision], memory.get(v))
+        for v in variants
+    ]
     add_ratios(rows, cfg.reference)
     return {"rows": rows, "peak": peak}
 
@@ -115,12 +129,25 @@ def allow_recompiles(n_compiled: int) -> None:
 def make_row(v: Variant, shape, fl: dict, times: list[float], peak: dict, mem: dict | None) -> dict:
     stats = summarize(times)
     med = stats["median_s"]
-    row = {"label": v.label, "block": v.block, "precision": v.precision, "compile": v.compile,
-           "attn_impl": v.attn_impl, "mode": v.mode, "params": fl["params"], "step_flops": fl["flops"],
-           "flops_per_token": fl["flops_per_token"], "flops_by_op": fl["per_op"], "timing": stats,
-           "tokens_per_s": shape.tokens / med, "achieved_flops_per_s": fl["flops"] / med,
-           "tokens_per_s_range": [shape.tokens / stats["max_s"], shape.tokens / stats["min_s"]],
-           "mfu": fl["flops"] / med / peak["flops_per_s"], "peak_memory_bytes": None, "memory_method": None}
+    row = {
+        "label": v.label,
+        "block": v.block,
+        "precision": v.precision,
+        "compile": v.compile,
+        "attn_impl": v.attn_impl,
+        "mode": v.mode,
+        "params": fl["params"],
+        "step_flops": fl["flops"],
+        "flops_per_token": fl["flops_per_token"],
+        "flops_by_op": fl["per_op"],
+        "timing": stats,
+        "tokens_per_s": shape.tokens / med,
+        "achieved_flops_per_s": fl["flops"] / med,
+        "tokens_per_s_range": [shape.tokens / stats["max_s"], shape.tokens / stats["min_s"]],
+        "mfu": fl["flops"] / med / peak["flops_per_s"],
+        "peak_memory_bytes": None,
+        "memory_method": None,
+    }
     if mem is not None:
         if "error" in mem:
             row["memory_error"] = mem["error"]
@@ -138,9 +165,13 @@ def add_ratios(rows: list[dict], reference: str) -> None:
         if ref is not None and ref is not r:
             speedup = r["tokens_per_s"] / ref["tokens_per_s"]
             ceiling = ref["step_flops"] / r["step_flops"]
-            r["vs_reference"] = {"reference": ref["label"], "speedup": speedup, "flops_ceiling": ceiling,
-                                 "fraction_of_ceiling": speedup / ceiling,
-                                 "params_ratio": r["params"] / ref["params"]}
+            r["vs_reference"] = {
+                "reference": ref["label"],
+                "speedup": speedup,
+                "flops_ceiling": ceiling,
+                "fraction_of_ceiling": speedup / ceiling,
+                "params_ratio": r["params"] / ref["params"],
+            }
             if r["peak_memory_bytes"] and ref["peak_memory_bytes"]:
                 r["vs_reference"]["memory_ratio"] = r["peak_memory_bytes"] / ref["peak_memory_bytes"]
         base = by.get((r["block"], "fp32 eager", r["attn_impl"]))

@@ -3,6 +3,7 @@
 `Trainer` holds the model, the optimizer and one fixed random batch, so that timing, FLOP
 counting and the memory worker all run exactly the same step.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,16 @@ def make_adamw(groups: list[dict], impl: str = "fused") -> torch.optim.Optimizer
 class Trainer:
     """Model, AdamW and a batch for one variant; `step()` runs one full training step."""
 
-    def __init__(self, shape: Shape, variant: Variant, device: str, seq_len: int | None = None,
-                 optimizer: bool = True, seed: int = 0, adamw: str = "fused"):
+    def __init__(
+        self,
+        shape: Shape,
+        variant: Variant,
+        device: str,
+        seq_len: int | None = None,
+        optimizer: bool = True,
+        seed: int = 0,
+        adamw: str = "fused",
+    ):
         from blocklab import build_model
         from blocklab.model import count_parameters, param_groups
 

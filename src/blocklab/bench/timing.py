@@ -5,6 +5,7 @@ allocator and thread-pool warm-up), every round times `steps` consecutive steps 
 variant; the order rotates each round so no variant always follows the same neighbour. Slow
 drifts of a shared machine (another process, thermal state) then hit every variant alike.
 """
+
 from __future__ import annotations
 
 import gc
@@ -22,8 +23,16 @@ def summarize(times: list[float]) -> dict:
         q1, _, q3 = statistics.quantiles(ts, n=4, method="inclusive")
     else:
         q1 = q3 = ts[0]
-    return {"median_s": statistics.median(ts), "q1_s": q1, "q3_s": q3, "iqr_s": q3 - q1,
-            "min_s": ts[0], "max_s": ts[-1], "n": len(ts), "times_s": list(times)}
+    return {
+        "median_s": statistics.median(ts),
+        "q1_s": q1,
+        "q3_s": q3,
+        "iqr_s": q3 - q1,
+        "min_s": ts[0],
+        "max_s": ts[-1],
+        "n": len(ts),
+        "times_s": list(times),
+    }
 
 
 def rotate(items: list, r: int) -> list:
@@ -39,8 +48,14 @@ def time_step(step: Callable[[], None], device: str) -> float:
     return time.perf_counter() - t0
 
 
-def interleaved(steps: dict[str, Callable[[], None]], device: str, reps: int, warmup: int,
-                steps_per_rep: int = 1, progress: Callable[[str], None] = lambda s: None) -> dict[str, list[float]]:
+def interleaved(
+    steps: dict[str, Callable[[], None]],
+    device: str,
+    reps: int,
+    warmup: int,
+    steps_per_rep: int = 1,
+    progress: Callable[[str], None] = lambda s: None,
+) -> dict[str, list[float]]:
     """Per-step times (seconds) of every named step function, measured round-robin."""
     names = list(steps)
     for name in names:

@@ -22,14 +22,17 @@ The figure is what the training step adds to a process: parameters, gradients, o
 state, activations and the allocator's slack (with torch.compile, also what the compiler keeps:
 compiled code and guards). The last line on stdout is the JSON result.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 
-CPU_METHOD = ("peak RSS of a fresh process (VmHWM / ru_maxrss) minus its RSS after a tiny warm-up model; "
-              "high-water reset after the warm-up steps; glibc MALLOC_MMAP_THRESHOLD_=128KiB so that freed "
-              "tensors leave the resident set")
+CPU_METHOD = (
+    "peak RSS of a fresh process (VmHWM / ru_maxrss) minus its RSS after a tiny warm-up model; "
+    "high-water reset after the warm-up steps; glibc MALLOC_MMAP_THRESHOLD_=128KiB so that freed "
+    "tensors leave the resident set"
+)
 CUDA_METHOD = "torch.cuda.max_memory_allocated minus memory_allocated before building the model (fresh process)"
 
 
@@ -47,10 +50,16 @@ def measure(job: dict) -> dict:
     variant = Variant(**job["variant"])
     optimizer = job.get("optimizer", True)
 
-    tiny = Shape(d_model=shape.n_heads * 4, n_heads=shape.n_heads, d_ff=16, seq_len=8, n_layers=1,
-                 vocab_size=32, batch=1)
-    warm = Trainer(tiny, Variant(variant.block, variant.precision, False, variant.attn_impl), device,
-                   optimizer=optimizer, adamw=job.get("adamw", "fused"))
+    tiny = Shape(
+        d_model=shape.n_heads * 4, n_heads=shape.n_heads, d_ff=16, seq_len=8, n_layers=1, vocab_size=32, batch=1
+    )
+    warm = Trainer(
+        tiny,
+        Variant(variant.block, variant.precision, False, variant.attn_impl),
+        device,
+        optimizer=optimizer,
+        adamw=job.get("adamw", "fused"),
+    )
     warm.step()
     warm.close()
     del warm
@@ -60,8 +69,9 @@ def measure(job: dict) -> dict:
         base = torch.cuda.memory_allocated()
     base_rss = current_rss()
 
-    trainer = Trainer(shape, variant, device, seq_len=job.get("seq_len"), optimizer=optimizer,
-                      adamw=job.get("adamw", "fused"))
+    trainer = Trainer(
+        shape, variant, device, seq_len=job.get("seq_len"), optimizer=optimizer, adamw=job.get("adamw", "fused")
+    )
     for _ in range(job.get("warmup", 1)):
         trainer.step()
     release_freed_memory()

@@ -6,6 +6,7 @@ self-attention, a cross-attention over the encoder output and the MLP, arranged 
     post-ln:  u = Norm(x + SA(x));        v = Norm(u + CA(u, m));        y = Norm(v + MLP(v))
     pre-ln:   u = x + SA(Norm(x));        v = u + CA(Norm(u), m);        y = v + MLP(Norm(v))
 """
+
 from __future__ import annotations
 
 import torch.nn as nn
@@ -40,10 +41,21 @@ class PreLNDecoderBlock(DecoderBlock):
         return v + self.drop(self.mlp(self.norms[2](v)))
 
 
-@register("post-ln", label="Post-LN", family="classic", colour="#d62728", final_norm=False, dropout=True,
-          decoder=PostLNDecoderBlock,
-          predictions=Predictions(hidden_norm="unit", hidden_norm_source="unit-gain Norm after each block: d",
-                                  last_ffn_slope=0.0, last_ffn_source="Xiong et al. Thm 1: Post-LN constant in L"))
+@register(
+    "post-ln",
+    label="Post-LN",
+    family="classic",
+    colour="#d62728",
+    final_norm=False,
+    dropout=True,
+    decoder=PostLNDecoderBlock,
+    predictions=Predictions(
+        hidden_norm="unit",
+        hidden_norm_source="unit-gain Norm after each block: d",
+        last_ffn_slope=0.0,
+        last_ffn_source="Xiong et al. Thm 1: Post-LN constant in L",
+    ),
+)
 class PostLN(_Classic):
     """u = Norm(x + MHA(x)); y = Norm(u + MLP(u))."""
 
@@ -55,11 +67,21 @@ class PostLN(_Classic):
         return self.norms[1](u + self.drop(self.mlp(u)))
 
 
-@register("pre-ln", label="Pre-LN", family="classic", colour="#1f77b4", dropout=True, decoder=PreLNDecoderBlock,
-          predictions=Predictions(hidden_norm="residual",
-                                  hidden_norm_source="Xiong et al. Lemma 2 (constants of this config)",
-                                  lemma2_paper=True, last_ffn_slope=-0.5,
-                                  last_ffn_source="Xiong et al. Thm 1: Pre-LN ~ 1/sqrt(L)"))
+@register(
+    "pre-ln",
+    label="Pre-LN",
+    family="classic",
+    colour="#1f77b4",
+    dropout=True,
+    decoder=PreLNDecoderBlock,
+    predictions=Predictions(
+        hidden_norm="residual",
+        hidden_norm_source="Xiong et al. Lemma 2 (constants of this config)",
+        lemma2_paper=True,
+        last_ffn_slope=-0.5,
+        last_ffn_source="Xiong et al. Thm 1: Pre-LN ~ 1/sqrt(L)",
+    ),
+)
 class PreLN(_Classic):
     """u = x + MHA(Norm(x)); y = u + MLP(Norm(u))."""
 
@@ -71,11 +93,19 @@ class PreLN(_Classic):
         return u + self.drop(self.mlp(self.norms[1](u)))
 
 
-@register("parallel", label="parallel", family="classic", colour="#9467bd", dropout=True,
-          predictions=Predictions(hidden_norm="residual",
-                                  hidden_norm_source="Xiong et al. Lemma 2 argument (constants of this config)",
-                                  last_ffn_slope=-0.5,
-                                  last_ffn_source="Xiong et al. Thm 1 argument (residual norm ~ L): ~ 1/sqrt(L)"))
+@register(
+    "parallel",
+    label="parallel",
+    family="classic",
+    colour="#9467bd",
+    dropout=True,
+    predictions=Predictions(
+        hidden_norm="residual",
+        hidden_norm_source="Xiong et al. Lemma 2 argument (constants of this config)",
+        last_ffn_slope=-0.5,
+        last_ffn_source="Xiong et al. Thm 1 argument (residual norm ~ L): ~ 1/sqrt(L)",
+    ),
+)
 class Parallel(_Classic):
     """y = x + MHA(Norm(x)) + MLP(Norm(x)), one shared norm."""
 

@@ -7,6 +7,7 @@ their encoder blocks and are named by the block's `BlockSpec.decoder`. Both atte
 same `attn_impl`). Decoding keeps, per decoder layer, the self-attention keys and values of the tokens so
 far and the cross-attention keys and values of the source (computed once): each new token costs O(T).
 """
+
 from __future__ import annotations
 
 import torch

@@ -20,6 +20,7 @@ follows the paper. In the decoder, both attentions' value and output projections
 paper's pseudo-code scales every `v_proj` and `out_proj`). The embeddings keep the config's init; no
 final norm, as Post-LN.
 """
+
 from __future__ import annotations
 
 import torch.nn as nn
@@ -38,7 +39,7 @@ def deepnorm_constants(cfg: ModelConfig, side: str = "encoder") -> tuple[float, 
     M = cfg.n_decoder_layers or cfg.n_layers
     if side == "decoder":
         return (3 * M) ** 0.25, (12 * M) ** -0.25
-    return 0.81 * (N ** 4 * M) ** (1 / 16), 0.87 * (N ** 4 * M) ** (-1 / 16)
+    return 0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)
 
 
 def xavier_normal(beta: float, *linears: nn.Linear) -> None:
@@ -65,10 +66,20 @@ class DeepNormDecoderBlock(DecoderBlock):
         return self.norms[2](a * v + self.drop(self.mlp(v)))
 
 
-@register("deepnorm", label="DeepNorm", family="successor", colour="#17becf", final_norm=False, dropout=True,
-          decoder=DeepNormDecoderBlock,
-          predictions=Predictions(hidden_norm="unit", hidden_norm_source="unit-gain LN after each block: d",
-                                  bounded_update_source="DeepNet Thm 4.1: the model update is O(1) in depth"))
+@register(
+    "deepnorm",
+    label="DeepNorm",
+    family="successor",
+    colour="#17becf",
+    final_norm=False,
+    dropout=True,
+    decoder=DeepNormDecoderBlock,
+    predictions=Predictions(
+        hidden_norm="unit",
+        hidden_norm_source="unit-gain LN after each block: d",
+        bounded_update_source="DeepNet Thm 4.1: the model update is O(1) in depth",
+    ),
+)
 class DeepNorm(_Classic):
     """x <- LN(alpha x + F(x)); Xavier-normal gain beta on W^V, W^P, W1, W2 (DeepNet eq. 6 and Table 1)."""
 

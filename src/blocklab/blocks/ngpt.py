@@ -25,6 +25,7 @@ after the MLP removes). The head is tied to the embedding when the config says s
 "Summary of modifications", drops both from the optimisation): the block's `recipe` below, applied to
 whichever of the two a run leaves unset.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,7 @@ class NormalisedAttention(nn.Module):
         d = cfg.d_model
         self.cfg = cfg
         self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=False) for _ in range(4))
-        self.s_qk = Scale(d, 1.0, d ** -0.5)
+        self.s_qk = Scale(d, 1.0, d**-0.5)
 
     @property
     def impl(self) -> str:
@@ -94,12 +95,19 @@ class NormalisedMLP(nn.Module):
         _normalise_rows(self.fc2, dim=0)
 
 
-@register("ngpt", label="nGPT", family="successor", colour="#dbdb8d", final_norm=False, has_norms=False,
-          options=(), sphere=True,
-          recipe=(("train.weight_decay", 0.0), ("train.warmup_steps", 0)),
-          recipe_source="Loshchilov et al. 2024, Sec. 2.6",
-          predictions=Predictions(hidden_norm="sphere", hidden_norm_source="nGPT: every block ends with Norm, "
-                                                                            "|h_l| = 1"))
+@register(
+    "ngpt",
+    label="nGPT",
+    family="successor",
+    colour="#dbdb8d",
+    final_norm=False,
+    has_norms=False,
+    options=(),
+    sphere=True,
+    recipe=(("train.weight_decay", 0.0), ("train.warmup_steps", 0)),
+    recipe_source="Loshchilov et al. 2024, Sec. 2.6",
+    predictions=Predictions(hidden_norm="sphere", hidden_norm_source="nGPT: every block ends with Norm, |h_l| = 1"),
+)
 class NGPT(nn.Module):
     """h <- Norm(h + alpha_A (Norm(Attn(h)) - h)); h <- Norm(h + alpha_M (Norm(MLP(h)) - h)) (nGPT eqs. 10-11)."""
 
@@ -108,8 +116,8 @@ class NGPT(nn.Module):
         d = cfg.d_model
         self.attn = NormalisedAttention(cfg)
         self.mlp = NormalisedMLP(cfg)
-        self.alpha_a = Scale(d, ALPHA_INIT, d ** -0.5)
-        self.alpha_m = Scale(d, ALPHA_INIT, d ** -0.5)
+        self.alpha_a = Scale(d, ALPHA_INIT, d**-0.5)
+        self.alpha_m = Scale(d, ALPHA_INIT, d**-0.5)
 
     def forward(self, x, key_mask=None):
         h = l2_normalise(x)  # a no-op after the first block, whose input is token + position embedding

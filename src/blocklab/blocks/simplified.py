@@ -1,4 +1,5 @@
 """The simplified blocks of He & Hofmann: no attention skip, shaped attention, then no V/P, parallel, no norms."""
+
 from __future__ import annotations
 
 import torch
@@ -35,20 +36,39 @@ class _Sequential(nn.Module):
         return u + self.beta_ff * self.mlp(self.norm2(u))
 
 
-@register("v-skipinit", label="V-SkipInit", family="simplified", colour="#8c564b", beta_ff=0.1,
-          predictions=Predictions(hidden_norm="value-projection", hidden_norm_source=_HH))
+@register(
+    "v-skipinit",
+    label="V-SkipInit",
+    family="simplified",
+    colour="#8c564b",
+    beta_ff=0.1,
+    predictions=Predictions(hidden_norm="value-projection", hidden_norm_source=_HH),
+)
 class VSkipInit(_Sequential):
     """Attention matrix alpha I + beta A(X) (alpha=1, beta=0 at init) with W^V, W^P; MLP keeps its skip."""
 
     def __init__(self, cfg, layer):
         d = cfg.d_model
-        attn = ShapedAttention(cfg, alpha=1.0, beta=0.0, gamma=None, zero_query=False,
-                               value=nn.Linear(d, d, bias=False), proj=nn.Linear(d, d, bias=False))
+        attn = ShapedAttention(
+            cfg,
+            alpha=1.0,
+            beta=0.0,
+            gamma=None,
+            zero_query=False,
+            value=nn.Linear(d, d, bias=False),
+            proj=nn.Linear(d, d, bias=False),
+        )
         super().__init__(cfg, attn)
 
 
-@register("shaped-vp", label="shaped value/projection", family="simplified", colour="#e377c2", beta_ff=0.1,
-          predictions=Predictions(hidden_norm="identity-attention", hidden_norm_source=_HH))
+@register(
+    "shaped-vp",
+    label="shaped value/projection",
+    family="simplified",
+    colour="#e377c2",
+    beta_ff=0.1,
+    predictions=Predictions(hidden_norm="identity-attention", hidden_norm_source=_HH),
+)
 class ShapedVP(_Sequential):
     """SAS with W^V, W^P kept as alpha_V I + beta_V dW, to watch beta_V / alpha_V during training."""
 
@@ -58,8 +78,14 @@ class ShapedVP(_Sequential):
         super().__init__(cfg, attn)
 
 
-@register("sas", label="SAS", family="simplified", colour="#ff7f0e", beta_ff=0.1,
-          predictions=Predictions(hidden_norm="identity-attention", hidden_norm_source=_HH))
+@register(
+    "sas",
+    label="SAS",
+    family="simplified",
+    colour="#ff7f0e",
+    beta_ff=0.1,
+    predictions=Predictions(hidden_norm="identity-attention", hidden_norm_source=_HH),
+)
 class SAS(_Sequential):
     """u = SAS(Norm(x)); y = u + beta_FF MLP(Norm(u))."""
 
@@ -67,8 +93,15 @@ class SAS(_Sequential):
         super().__init__(cfg, sas(cfg, layer))
 
 
-@register("sas-p", label="SAS-P", family="simplified", colour="#2ca02c", beta_ff=0.1, beta_sa=1.0,
-          predictions=Predictions(hidden_norm="no-skip", hidden_norm_source=_HH))
+@register(
+    "sas-p",
+    label="SAS-P",
+    family="simplified",
+    colour="#2ca02c",
+    beta_ff=0.1,
+    beta_sa=1.0,
+    predictions=Predictions(hidden_norm="no-skip", hidden_norm_source=_HH),
+)
 class SASP(nn.Module):
     """y = beta_SA SAS(Norm(x)) + beta_FF MLP(Norm(x)): no skip at all, one shared norm."""
 
@@ -85,9 +118,16 @@ class SASP(nn.Module):
         return torch.addcmul(self.beta_sa * self.attn(h, key_mask), self.beta_ff, self.mlp(h))
 
 
-@register("sas-p-nonorm", label="SAS-P without norms", family="simplified", colour="#bcbd22", beta_ff=0.1,
-          beta_sa=1.0, has_norms=False,
-          predictions=Predictions(hidden_norm="no-skip-no-norm", hidden_norm_source=_HH))
+@register(
+    "sas-p-nonorm",
+    label="SAS-P without norms",
+    family="simplified",
+    colour="#bcbd22",
+    beta_ff=0.1,
+    beta_sa=1.0,
+    has_norms=False,
+    predictions=Predictions(hidden_norm="no-skip-no-norm", hidden_norm_source=_HH),
+)
 class SASPNoNorm(SASP):
     """sas-p without norms, except on the first block's input (and the model's final norm)."""
 
@@ -95,8 +135,14 @@ class SASPNoNorm(SASP):
         super().__init__(cfg, layer, norm=layer == 0)
 
 
-@register("softmax-noskip", label="softmax-noskip", family="ablation", colour="#7f7f7f", beta_ff=0.1,
-          predictions=Predictions(hidden_norm="softmax-no-skip", hidden_norm_source=_HH))
+@register(
+    "softmax-noskip",
+    label="softmax-noskip",
+    family="ablation",
+    colour="#7f7f7f",
+    beta_ff=0.1,
+    predictions=Predictions(hidden_norm="softmax-no-skip", hidden_norm_source=_HH),
+)
 class SoftmaxNoSkip(_Sequential):
     """Ablation for rank collapse: u = A(Norm(x)) Norm(x), plain softmax attention and no skip."""
 

@@ -7,6 +7,7 @@ Choices the papers leave open, settled by the authors' code (each written down a
 - LNS: 1/sqrt(l) with l = 1..N multiplies both norms' outputs, not the final norm (lmsdss/LayerNorm-Scaling).
 - OP: bobby-he/simplified_transformers `config/model/op.yaml`; see `OP`.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,10 +23,19 @@ from blocklab.registry import Predictions, register
 
 # No recipe: the paper reports deep ReZero stacks trained without warm-up (Sec. 1) as a result, not as a
 # setting of the method, so ReZero runs take the shared recipe like the other blocks.
-@register("rezero", label="ReZero", family="successor", colour="#aec7e8", final_norm=False, has_norms=False,
-          dropout=True, options=("qk_norm",),
-          predictions=Predictions(hidden_norm="identity", hidden_norm_source="ReZero: every block is the identity "
-                                                                               "at init (a = 0)"))
+@register(
+    "rezero",
+    label="ReZero",
+    family="successor",
+    colour="#aec7e8",
+    final_norm=False,
+    has_norms=False,
+    dropout=True,
+    options=("qk_norm",),
+    predictions=Predictions(
+        hidden_norm="identity", hidden_norm_source="ReZero: every block is the identity at init (a = 0)"
+    ),
+)
 class ReZero(nn.Module):
     """u = x + a MHA(x); y = u + a MLP(u), no norm, a trainable a = 0 at init (Bachlechner et al. 2020, eq. 5)."""
 
@@ -41,9 +51,17 @@ class ReZero(nn.Module):
         return u + self.drop(self.alpha * self.mlp(u))
 
 
-@register("peri-ln", label="Peri-LN", family="successor", colour="#ffbb78", dropout=True,
-          predictions=Predictions(hidden_norm="peri", hidden_norm_source="Peri-LN: each sub-layer adds a unit-gain "
-                                                                           "Norm's output, d, to a normed input"))
+@register(
+    "peri-ln",
+    label="Peri-LN",
+    family="successor",
+    colour="#ffbb78",
+    dropout=True,
+    predictions=Predictions(
+        hidden_norm="peri",
+        hidden_norm_source="Peri-LN: each sub-layer adds a unit-gain Norm's output, d, to a normed input",
+    ),
+)
 class PeriLN(_Classic):
     """u = x + Norm(MHA(Norm(x))); y = u + Norm(MLP(Norm(u))) (Kim et al. 2025, eq. 3; CogView's sandwich);
     the first block also normalises the embedding (the paper's optional y_0 = Norm(x_embed), kept here)."""

@@ -1,4 +1,5 @@
 """`blocklab` command line: one module per subcommand, each with `add_parser(sub)` and `run(args) -> int`."""
+
 from __future__ import annotations
 
 import argparse

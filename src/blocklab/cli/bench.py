@@ -1,4 +1,5 @@
 """blocklab bench --blocks pre-ln,sas,sas-p --shape d=768,heads=12,ff=3072,T=128,layers=6,vocab=2048,batch=8"""
+
 from __future__ import annotations
 
 import argparse
@@ -57,39 +58,92 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="tokens/s, MFU and peak memory of training steps per block",
-                       description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("--blocks", default=DEFAULT_BLOCKS, metavar="LIST", help=f"comma-separated block names (default: {DEFAULT_BLOCKS})")
-    p.add_argument("--shape", default=DEFAULT_SHAPE, help=f"model and batch shape, see below (default: {DEFAULT_SHAPE.replace(',', ', ')}, "
-                        "the issue 7 CPU target)")
-    p.add_argument("--precision", default="fp32", metavar="{fp32,bf16,fp16}",
-                   help="fp32, bf16 (autocast) or fp16 (autocast + GradScaler, CUDA only; refused on CPU) (default: fp32)")
+    p = sub.add_parser(
+        "bench",
+        help="tokens/s, MFU and peak memory of training steps per block",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--blocks",
+        default=DEFAULT_BLOCKS,
+        metavar="LIST",
+        help=f"comma-separated block names (default: {DEFAULT_BLOCKS})",
+    )
+    p.add_argument(
+        "--shape",
+        default=DEFAULT_SHAPE,
+        help=f"model and batch shape, see below (default: {DEFAULT_SHAPE.replace(',', ', ')}, the issue 7 CPU target)",
+    )
+    p.add_argument(
+        "--precision",
+        default="fp32",
+        metavar="{fp32,bf16,fp16}",
+        help="fp32, bf16 (autocast) or fp16 (autocast + GradScaler, CUDA only; refused on CPU) (default: fp32)",
+    )
     p.add_argument("--compile", action="store_true", help="run the model through torch.compile (default: eager)")
-    p.add_argument("--vs-fp32-eager", action="store_true",
-                   help="also time every block in fp32 eager in the same round-robin and report the speedup")
-    p.add_argument("--extra", default=None, metavar="VARIANTS",
-                   help="more variants timed in the same round-robin, comma-separated BLOCK[:PRECISION][:compile|eager]"
-                        "[:sdpa|fused|materialized], e.g. pre-ln:bf16:compile,sas-p:bf16:compile (default: none)")
-    p.add_argument("--attn-impl", default="sdpa", metavar="{sdpa,fused,materialized,auto}",
-                   help="sdpa (SDPA + running mean, default), fused (the Triton kernel, CUDA), "
-                        "materialized (T x T matrix) or auto (the measured default of the device, see README)")
-    p.add_argument("--adamw", default="fused", metavar="{fused,foreach,loop}",
-                   help="AdamW implementation: fused (one kernel; 4-7x faster than loop on CPU), foreach, or loop "
-                        "(PyTorch's CPU default) (default: fused)")
+    p.add_argument(
+        "--vs-fp32-eager",
+        action="store_true",
+        help="also time every block in fp32 eager in the same round-robin and report the speedup",
+    )
+    p.add_argument(
+        "--extra",
+        default=None,
+        metavar="VARIANTS",
+        help="more variants timed in the same round-robin, comma-separated BLOCK[:PRECISION][:compile|eager]"
+        "[:sdpa|fused|materialized], e.g. pre-ln:bf16:compile,sas-p:bf16:compile (default: none)",
+    )
+    p.add_argument(
+        "--attn-impl",
+        default="sdpa",
+        metavar="{sdpa,fused,materialized,auto}",
+        help="sdpa (SDPA + running mean, default), fused (the Triton kernel, CUDA), "
+        "materialized (T x T matrix) or auto (the measured default of the device, see README)",
+    )
+    p.add_argument(
+        "--adamw",
+        default="fused",
+        metavar="{fused,foreach,loop}",
+        help="AdamW implementation: fused (one kernel; 4-7x faster than loop on CPU), foreach, or loop "
+        "(PyTorch's CPU default) (default: fused)",
+    )
     p.add_argument("--reps", default="5", metavar="N", help="timed round-robin rounds (default: 5)")
     p.add_argument("--steps", default="1", metavar="N", help="timed steps per block per round (default: 1)")
     p.add_argument("--warmup", default="2", metavar="N", help="untimed steps per block before timing (default: 2)")
-    p.add_argument("--peak-size", default=None, metavar="N", help="n of the n x n matmul peak (default: 2048 on CPU, 8192 on CUDA)")
+    p.add_argument(
+        "--peak-size", default=None, metavar="N", help="n of the n x n matmul peak (default: 2048 on CPU, 8192 on CUDA)"
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the per-block peak-memory processes")
-    p.add_argument("--memory-scaling", default=None, metavar="T1,T2,...",
-                   help="also measure forward+backward peak memory at these sequence lengths (default: off)")
-    p.add_argument("--scaling-blocks", default=None, metavar="LIST", help="blocks of the memory scaling (default: --blocks)")
-    p.add_argument("--scaling-impls", default="sdpa,materialized", metavar="LIST",
-                   help="attention paths of the memory scaling (default: sdpa,materialized)")
+    p.add_argument(
+        "--memory-scaling",
+        default=None,
+        metavar="T1,T2,...",
+        help="also measure forward+backward peak memory at these sequence lengths (default: off)",
+    )
+    p.add_argument(
+        "--scaling-blocks", default=None, metavar="LIST", help="blocks of the memory scaling (default: --blocks)"
+    )
+    p.add_argument(
+        "--scaling-impls",
+        default="sdpa,materialized",
+        metavar="LIST",
+        help="attention paths of the memory scaling (default: sdpa,materialized)",
+    )
     p.add_argument("--scaling-only", action="store_true", help="run only the memory scaling (no step timing)")
-    p.add_argument("--reference", default="pre-ln", metavar="BLOCK", help="block the ratios are taken against (default: pre-ln)")
-    p.add_argument("--threads", default=None, metavar="N", help="torch CPU threads (default: torch's default, one per core)")
-    p.add_argument("--device", default="auto", metavar="{auto,cpu,cuda}", help="cpu, cuda, or auto = cuda when available (default: auto)")
+    p.add_argument(
+        "--reference", default="pre-ln", metavar="BLOCK", help="block the ratios are taken against (default: pre-ln)"
+    )
+    p.add_argument(
+        "--threads", default=None, metavar="N", help="torch CPU threads (default: torch's default, one per core)"
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        metavar="{auto,cpu,cuda}",
+        help="cpu, cuda, or auto = cuda when available (default: auto)",
+    )
     p.add_argument("--json", default=None, metavar="PATH", help="write the full result as JSON (default: none)")
     p.set_defaults(func=run)
 
@@ -125,23 +179,30 @@ def config_from_args(args, argv: list[str] | None = None):
     device = resolve_device(args.device)
     blocks = parse_blocks(args.blocks)
     if args.reference not in blocks and not args.scaling_only:
-        print(f"blocklab bench: note: reference block {args.reference!r} is not benchmarked; no ratios",
-              file=sys.stderr)
+        print(
+            f"blocklab bench: note: reference block {args.reference!r} is not benchmarked; no ratios", file=sys.stderr
+        )
     variants = [Variant(b, args.precision, args.compile, args.attn_impl) for b in blocks]
     if args.vs_fp32_eager and (args.precision != "fp32" or args.compile):
         variants += [Variant(b, "fp32", False, args.attn_impl) for b in blocks]
     if args.extra:
         variants += parse_variants(args.extra)
     cfg = BenchConfig(
-        shape=parse_shape(args.shape), variants=variants, device=device,
-        reps=to_int(args.reps, "--reps", 1), steps=to_int(args.steps, "--steps", 1),
-        warmup=to_int(args.warmup, "--warmup", 0), memory=not args.no_memory,
+        shape=parse_shape(args.shape),
+        variants=variants,
+        device=device,
+        reps=to_int(args.reps, "--reps", 1),
+        steps=to_int(args.steps, "--steps", 1),
+        warmup=to_int(args.warmup, "--warmup", 0),
+        memory=not args.no_memory,
         peak_size=to_int(args.peak_size, "--peak-size", 16) if args.peak_size is not None else None,
         scaling_T=parse_ints(args.memory_scaling, "--memory-scaling") if args.memory_scaling else [],
         scaling_blocks=parse_blocks(args.scaling_blocks) if args.scaling_blocks else [],
         scaling_impls=parse_list(args.scaling_impls, "--scaling-impls"),
         scaling_precision=args.precision,
-        skip_steps=args.scaling_only, reference=args.reference, adamw=args.adamw,
+        skip_steps=args.scaling_only,
+        reference=args.reference,
+        adamw=args.adamw,
         command="blocklab bench " + shlex.join(argv if argv is not None else sys.argv[2:]),
     )
     return validate(cfg)
@@ -154,7 +215,9 @@ def run(args, argv: list[str] | None = None) -> int:
     if args.json:
         # fail on an unwritable path now, not after minutes of benchmarking
         folder = os.path.dirname(os.path.abspath(args.json))
-        if os.path.isdir(args.json) or not os.access(folder if os.path.isdir(folder) else os.path.dirname(folder), os.W_OK):
+        if os.path.isdir(args.json) or not os.access(
+            folder if os.path.isdir(folder) else os.path.dirname(folder), os.W_OK
+        ):
             raise UserError(f"--json {args.json}: cannot write there")
     result = run_bench(cfg)
     print(render_text(result))

@@ -1,4 +1,5 @@
 """blocklab check [--device auto|cpu|cuda]: every attention path against the reference, and their speed."""
+
 from __future__ import annotations
 
 import os
@@ -41,16 +42,31 @@ examples:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("check", help="every attention path against the reference, and their speed, on this machine",
-                       description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("--device", default="auto", metavar="{auto,cpu,cuda}",
-                   help="cpu, cuda, or auto = cuda when available (default: auto)")
-    p.add_argument("--shapes", default="128,1024,4096", metavar="T1,T2,...",
-                   help="sequence lengths to time, comma-separated (default: 128,1024,4096; the paper's is 128)")
-    p.add_argument("--reps", default=None, metavar="N",
-                   help="timed repetitions per path and shape (default: 20 on CUDA, 5 on CPU)")
-    p.add_argument("--json", default=None, metavar="PATH",
-                   help="also write the full result (every error, every time) as JSON")
+    p = sub.add_parser(
+        "check",
+        help="every attention path against the reference, and their speed, on this machine",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        metavar="{auto,cpu,cuda}",
+        help="cpu, cuda, or auto = cuda when available (default: auto)",
+    )
+    p.add_argument(
+        "--shapes",
+        default="128,1024,4096",
+        metavar="T1,T2,...",
+        help="sequence lengths to time, comma-separated (default: 128,1024,4096; the paper's is 128)",
+    )
+    p.add_argument(
+        "--reps", default=None, metavar="N", help="timed repetitions per path and shape (default: 20 on CUDA, 5 on CPU)"
+    )
+    p.add_argument(
+        "--json", default=None, metavar="PATH", help="also write the full result (every error, every time) as JSON"
+    )
     p.set_defaults(func=run)
 
 
@@ -76,6 +92,7 @@ def run(args) -> int:
 
     def progress(line: str) -> None:
         print(f"blocklab check: [{time.perf_counter() - t0:5.1f}s] {line}", file=sys.stderr, flush=True)
+
     result = run_check(device, shapes=shapes, reps=reps, progress=progress)
     print(render_text(result))
     if args.json:

@@ -1,4 +1,5 @@
 """blocklab compare --preset NAME | SWEEP.toml --out DIR"""
+
 from __future__ import annotations
 
 import argparse
@@ -46,36 +47,49 @@ SWEEP.toml:
 def add_parser(sub) -> None:
     from blocklab.experiments.presets import PRESETS
 
-    presets = "\n".join(f"  {name:<14} {p['description']}\n  {'':<14} cost: {p['expected_cost']}"
-                        for name, p in PRESETS.items())
+    presets = "\n".join(
+        f"  {name:<14} {p['description']}\n  {'':<14} cost: {p['expected_cost']}" for name, p in PRESETS.items()
+    )
     p = sub.add_parser(
-        "compare", help="train several configurations side by side and write a report",
+        "compare",
+        help="train several configurations side by side and write a report",
         description="Run a sweep (a preset or a SWEEP.toml) and say which block is better, by how much and how "
-                    "sure: each group at its own best learning rate (or other tuned setting) on tuning seeds, then "
-                    "its final seeds there; DIR/verdicts.json holds every group's curve, best value, stable and "
-                    "trainable ranges, mean and 95% interval, and each comparison against the experiment's "
-                    "reference (Welch, Holm-corrected across the sweep). Every run is an ordinary training run in "
-                    "DIR/runs/NAME, so an interrupted sweep continues where it stopped when the same command is "
-                    "run again; a diverged or stalled run scores the cap and the sweep goes on. A stored run whose "
-                    "settings differ from what the sweep now asks is never reused: compare refuses, or with "
-                    "--rerun-changed moves it to DIR/replaced/. Then the init probes (if the sweep has them) and "
-                    "`blocklab report DIR`. Dotted overrides (--train.steps 50) apply to every run, over every "
-                    "other setting; a block's paper recipe (e.g. nGPT: no weight decay, no warm-up) applies "
-                    "where neither the group nor the command line sets the key.",
-        epilog=f"presets:\n{presets}\n\n{SWEEP_FORMAT}", formatter_class=argparse.RawDescriptionHelpFormatter)
+        "sure: each group at its own best learning rate (or other tuned setting) on tuning seeds, then "
+        "its final seeds there; DIR/verdicts.json holds every group's curve, best value, stable and "
+        "trainable ranges, mean and 95% interval, and each comparison against the experiment's "
+        "reference (Welch, Holm-corrected across the sweep). Every run is an ordinary training run in "
+        "DIR/runs/NAME, so an interrupted sweep continues where it stopped when the same command is "
+        "run again; a diverged or stalled run scores the cap and the sweep goes on. A stored run whose "
+        "settings differ from what the sweep now asks is never reused: compare refuses, or with "
+        "--rerun-changed moves it to DIR/replaced/. Then the init probes (if the sweep has them) and "
+        "`blocklab report DIR`. Dotted overrides (--train.steps 50) apply to every run, over every "
+        "other setting; a block's paper recipe (e.g. nGPT: no weight decay, no warm-up) applies "
+        "where neither the group nor the command line sets the key.",
+        epilog=f"presets:\n{presets}\n\n{SWEEP_FORMAT}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("sweep", nargs="?", help="SWEEP.toml file (or use --preset)")
     p.add_argument("--preset", help=f"a built-in sweep: {', '.join(PRESETS)}")
     p.add_argument("--out", help="sweep directory (needed unless --list)")
     p.add_argument("--list", action="store_true", help="list the runs and exit without training (needs no --out)")
-    p.add_argument("--seeds", help="comma-separated final seeds replacing the sweep's, e.g. 3,4 (the default "
-                                   "tuning seed follows: max + 1)")
-    p.add_argument("--jobs", type=int, help="runs at once, each a process with its share of the threads (one per "
-                                            "GPU on several GPUs); default on a CPU: one single-threaded run per "
-                                            "core when every model has d_model <= 256 and there are at least 4 "
-                                            "runs per core, else 1 (measured: benchmarks/RESULTS.md)")
-    p.add_argument("--rerun-changed", action="store_true",
-                   help="move stored runs whose settings differ from the sweep's to DIR/replaced/ and train "
-                        "them again (without it, compare refuses such a directory)")
+    p.add_argument(
+        "--seeds",
+        help="comma-separated final seeds replacing the sweep's, e.g. 3,4 (the default tuning seed follows: max + 1)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="runs at once, each a process with its share of the threads (one per "
+        "GPU on several GPUs); default on a CPU: one single-threaded run per "
+        "core when every model has d_model <= 256 and there are at least 4 "
+        "runs per core, else 1 (measured: benchmarks/RESULTS.md)",
+    )
+    p.add_argument(
+        "--rerun-changed",
+        action="store_true",
+        help="move stored runs whose settings differ from the sweep's to DIR/replaced/ and train "
+        "them again (without it, compare refuses such a directory)",
+    )
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run, accepts_overrides=True)
@@ -101,10 +115,19 @@ def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs} is not valid; give a positive number of runs at once")
     jobs = args.jobs or default_jobs([r.config for r in sweep.runs])
-    print(f"sweep {sweep.name}: {sweep.n_runs} runs into {args.out}, {jobs} at a time "
-          f"({sweep.expected_cost or 'cost unknown'})", file=sys.stderr)
-    result = run_sweep(sweep, args.out, progress=False if args.no_progress else None, jobs=jobs,
-                       rerun_changed=args.rerun_changed, log=_log)
+    print(
+        f"sweep {sweep.name}: {sweep.n_runs} runs into {args.out}, {jobs} at a time "
+        f"({sweep.expected_cost or 'cost unknown'})",
+        file=sys.stderr,
+    )
+    result = run_sweep(
+        sweep,
+        args.out,
+        progress=False if args.no_progress else None,
+        jobs=jobs,
+        rerun_changed=args.rerun_changed,
+        log=_log,
+    )
     if result["status"] == "interrupted":
         return 130
     run_probes(sweep, Path(args.out), log=_log)
@@ -141,8 +164,10 @@ def _list(sweep) -> None:
     for g in sweep.groups:
         tune = sweep.tune_of(g)
         if tune is not None:
-            print(f"{g.name + '_...':<28} {g.label}: final seeds {sweep.final_seeds()} at its best {tune.key}, "
-                  "after tuning")
+            print(
+                f"{g.name + '_...':<28} {g.label}: final seeds {sweep.final_seeds()} at its best {tune.key}, "
+                "after tuning"
+            )
 
 
 def verdict_lines(verdicts: dict) -> list[str]:
@@ -152,12 +177,19 @@ def verdict_lines(verdicts: dict) -> list[str]:
         lines.append(f"{exp}: reference {result['groups'][result['reference']]['label']}")
         for name, c in result["comparisons"].items():
             g = result["groups"][name]
-            best = "" if g.get("best") is None else f" at {result['tuned']} {g['best']:g}" \
-                if isinstance(g["best"], float) else f" at {g['best']}"
+            best = (
+                ""
+                if g.get("best") is None
+                else f" at {result['tuned']} {g['best']:g}"
+                if isinstance(g["best"], float)
+                else f" at {g['best']}"
+            )
             if c["ci95"] is not None:
-                lines.append(f"  {g['label']}{best}: {c['verdict']}, difference {c['difference']:+.3f} "
-                             f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], p_holm {c['p_holm']:.2g}, "
-                             f"seeds {c['n'][0]} vs {c['n'][1]}")
+                lines.append(
+                    f"  {g['label']}{best}: {c['verdict']}, difference {c['difference']:+.3f} "
+                    f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], p_holm {c['p_holm']:.2g}, "
+                    f"seeds {c['n'][0]} vs {c['n'][1]}"
+                )
             else:
                 d = "n/a" if c["difference"] is None else f"{c['difference']:+.3f}"
                 lines.append(f"  {g['label']}{best}: {c['verdict']}, difference {d} (no interval)")

@@ -1,5 +1,6 @@
 """blocklab finetune --run MLM_RUN --task NAME --out DIR [--seeds 0,1,2]: the arguments; the fine-tuning
 is blocklab.training.finetune's."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,14 +24,17 @@ def add_parser(sub) -> None:
 
     recipe = ", ".join(f"{k} {v}" for k, v in FINETUNE_TRAIN.items())
     p = sub.add_parser(
-        "finetune", help="fine-tune the encoder of an mlm run on a classification task",
+        "finetune",
+        help="fine-tune the encoder of an mlm run on a classification task",
         description="Load the encoder of an mlm run (its latest checkpoint, or --step), add a fresh "
-                    "classification head and fine-tune it on a task, once per seed, into DIR/seed-N (ordinary "
-                    "run directories: metrics.jsonl, summary.json, checkpoints). DIR/finetune.json holds each "
-                    "seed's score on the validation split and their mean ± sd; a run whose loss becomes NaN "
-                    f"ends 'diverged' and counts as a failure. Recipe: {recipe}, warm-up 10%%, {EPOCHS} "
-                    "epochs; dotted overrides (--train.lr 5e-5, --data.max_examples 2000) change it.",
-        epilog=TASKS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "classification head and fine-tune it on a task, once per seed, into DIR/seed-N (ordinary "
+        "run directories: metrics.jsonl, summary.json, checkpoints). DIR/finetune.json holds each "
+        "seed's score on the validation split and their mean ± sd; a run whose loss becomes NaN "
+        f"ends 'diverged' and counts as a failure. Recipe: {recipe}, warm-up 10%%, {EPOCHS} "
+        "epochs; dotted overrides (--train.lr 5e-5, --data.max_examples 2000) change it.",
+        epilog=TASKS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--run", required=True, help="the directory of an mlm run (blocklab train --model.task mlm)")
     p.add_argument("--task", required=True, help="a code task or classification data (see below)")
     p.add_argument("--out", required=True, help="output directory (one run directory per seed inside)")
@@ -54,11 +58,23 @@ def run(args) -> int:
         raise UserError(f"--seeds {args.seeds!r}: expected distinct integers >= 0")
     if args.epochs <= 0 or (args.step is not None and args.step < 0):
         raise UserError("--epochs must be positive and --step >= 0")
-    result = finetune(args.run, args.task, args.out, seeds, args.step, args.epochs, parse_overrides(args.overrides),
-                      progress=False if args.no_progress else None)
-    scores = ", ".join("diverged" if st == "diverged" else ("n/a" if s is None else f"{s:.1f}")
-                       for s, st in zip(result["scores"], result["statuses"]))
+    result = finetune(
+        args.run,
+        args.task,
+        args.out,
+        seeds,
+        args.step,
+        args.epochs,
+        parse_overrides(args.overrides),
+        progress=False if args.no_progress else None,
+    )
+    scores = ", ".join(
+        "diverged" if st == "diverged" else ("n/a" if s is None else f"{s:.1f}")
+        for s, st in zip(result["scores"], result["statuses"])
+    )
     mean = "n/a" if result["mean"] is None else f"{result['mean']:.1f} ± {result['sd']:.1f}"
-    print(f"{result['task']}: {result['metric']} {mean} over seeds {result['seeds']} ({scores}); majority "
-          f"baseline {result['majority_baseline']:.1f}; {result['failed']} diverged; {args.out}/finetune.json")
+    print(
+        f"{result['task']}: {result['metric']} {mean} over seeds {result['seeds']} ({scores}); majority "
+        f"baseline {result['majority_baseline']:.1f}; {result['failed']} diverged; {args.out}/finetune.json"
+    )
     return 130 if result["status"] == "interrupted" else 0

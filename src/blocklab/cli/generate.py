@@ -1,10 +1,14 @@
 """blocklab generate --run DIR --prompt TEXT"""
+
 from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("generate", help="sample text from a trained causal model",
-                       description="Sample a continuation of --prompt from the latest checkpoint of a clm run.")
+    p = sub.add_parser(
+        "generate",
+        help="sample text from a trained causal model",
+        description="Sample a continuation of --prompt from the latest checkpoint of a clm run.",
+    )
     p.add_argument("--run", required=True, help="run directory written by blocklab train")
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=200, help="tokens to sample (default: 200)")
@@ -21,6 +25,9 @@ def run(args) -> int:
 
     if args.max_new_tokens <= 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens must be > 0, --temperature >= 0 and --top-k >= 0")
-    print(generate_text(args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k or None,
-                        args.seed, args.device))
+    print(
+        generate_text(
+            args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k or None, args.seed, args.device
+        )
+    )
     return 0

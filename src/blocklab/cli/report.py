@@ -1,4 +1,5 @@
 """blocklab report DIR [--target-loss X]"""
+
 from __future__ import annotations
 
 import math
@@ -8,22 +9,31 @@ from blocklab.errors import UserError
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "report", help="write the HTML and Markdown report of a sweep or of runs",
+        "report",
+        help="write the HTML and Markdown report of a sweep or of runs",
         description="Read every run under DIR (DIR/runs/<name>/ as written by `blocklab compare`, a single run "
-                    "folder, or any folder holding run folders up to three levels down) and write "
-                    "DIR/report.html, one self-contained page that works offline (figures embedded), and "
-                    "DIR/report.md with its figures in DIR/figures/. The report holds: training loss against "
-                    "steps and against wall-clock time, evaluation loss, a table per run (block, parameters, "
-                    "tokens/s, final train and eval loss, best eval loss, steps to reach a target loss, status), "
-                    "the init probes of `blocklab probe` when DIR/probes/probes.json exists, and the gain "
-                    "trajectories. Runs still going (no summary.json) are shown as running/unknown. "
-                    "Prints the paths and the table.",
-        epilog="Example: blocklab report demo/ --target-loss 4.5")
-    p.add_argument("dir", metavar="DIR", help="a sweep folder (from blocklab compare), a run folder, or a folder of runs")
-    p.add_argument("--target-loss", type=float, default=None, metavar="X",
-                   help="loss for the 'steps to target' column: the first step at which a run's smoothed training "
-                        "loss is at or below X (default: the worst final smoothed training loss among the "
-                        "completed runs, so that every completed run reaches it)")
+        "folder, or any folder holding run folders up to three levels down) and write "
+        "DIR/report.html, one self-contained page that works offline (figures embedded), and "
+        "DIR/report.md with its figures in DIR/figures/. The report holds: training loss against "
+        "steps and against wall-clock time, evaluation loss, a table per run (block, parameters, "
+        "tokens/s, final train and eval loss, best eval loss, steps to reach a target loss, status), "
+        "the init probes of `blocklab probe` when DIR/probes/probes.json exists, and the gain "
+        "trajectories. Runs still going (no summary.json) are shown as running/unknown. "
+        "Prints the paths and the table.",
+        epilog="Example: blocklab report demo/ --target-loss 4.5",
+    )
+    p.add_argument(
+        "dir", metavar="DIR", help="a sweep folder (from blocklab compare), a run folder, or a folder of runs"
+    )
+    p.add_argument(
+        "--target-loss",
+        type=float,
+        default=None,
+        metavar="X",
+        help="loss for the 'steps to target' column: the first step at which a run's smoothed training "
+        "loss is at or below X (default: the worst final smoothed training loss among the "
+        "completed runs, so that every completed run reaches it)",
+    )
     p.set_defaults(func=run)
 
 

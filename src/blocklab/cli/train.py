@@ -1,4 +1,5 @@
 """blocklab train [CONFIG.toml] --out DIR [--resume | --overwrite] [--SECTION.KEY VALUE ...]"""
+
 from __future__ import annotations
 
 import argparse
@@ -9,23 +10,30 @@ from blocklab.training.config import describe_options, describe_recipes, load_co
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "train", help="train one model into a run directory",
+        "train",
+        help="train one model into a run directory",
         description="Train one model. Settings come from an optional TOML file with [model], [data] and "
-                    "[train] sections, then from dotted overrides such as --model.block sas-p. The run "
-                    "directory gets config.toml, metrics.jsonl, summary.json, checkpoints/ and tb/ "
-                    "(TensorBoard). Under torchrun the same command trains with DistributedDataParallel, or FSDP2 with "
-                    "--train.parallel fsdp (sharded checkpoints); --train.grad_accum and --train.activation_checkpointing "
-                    "trade compute for memory (README: Scaling out). A block's paper recipe (listed below) fills "
-                    "in the settings that neither the file nor an override sets; the training log and "
-                    "summary.json (\"recipe\") say which values it applied.",
-        epilog="options (--SECTION.KEY VALUE, or --SECTION.KEY=VALUE):\n" + describe_options()
-               + "\n\nblock recipes (the paper's settings; the learning rate is always yours):\n" + describe_recipes(),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "[train] sections, then from dotted overrides such as --model.block sas-p. The run "
+        "directory gets config.toml, metrics.jsonl, summary.json, checkpoints/ and tb/ "
+        "(TensorBoard). Under torchrun the same command trains with DistributedDataParallel, or FSDP2 with "
+        "--train.parallel fsdp (sharded checkpoints); --train.grad_accum and --train.activation_checkpointing "
+        "trade compute for memory (README: Scaling out). A block's paper recipe (listed below) fills "
+        "in the settings that neither the file nor an override sets; the training log and "
+        'summary.json ("recipe") say which values it applied.',
+        epilog="options (--SECTION.KEY VALUE, or --SECTION.KEY=VALUE):\n"
+        + describe_options()
+        + "\n\nblock recipes (the paper's settings; the learning rate is always yours):\n"
+        + describe_recipes(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("config", nargs="?", help="TOML config file (optional)")
     p.add_argument("--out", required=True, help="run directory")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true",
-                      help="continue the run in --out from its last checkpoint (its saved config, plus overrides)")
+    mode.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its last checkpoint (its saved config, plus overrides)",
+    )
     mode.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is off anyway when not a terminal)")
     p.set_defaults(func=run, accepts_overrides=True)
@@ -43,8 +51,9 @@ def run(args) -> int:
     from_saved = not args.config and args.resume and saved.is_file()
     base = saved if from_saved else (args.config or None)
     cfg = load_config(base, args.overrides, recipe=not from_saved)
-    summary = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
-                    progress=False if args.no_progress else None)
+    summary = train(
+        cfg, args.out, resume=args.resume, overwrite=args.overwrite, progress=False if args.no_progress else None
+    )
     if summary.get("world_size", 1) == 1 or __import__("os").environ.get("RANK", "0") == "0":
         print(json.dumps({k: summary[k] for k in ("status", "step", "final_loss", "final_eval_loss", "tokens_per_s")}))
     return {"completed": 0, "interrupted": 130, "diverged": 3, "stalled": 4}[summary["status"]]

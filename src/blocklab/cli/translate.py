@@ -1,20 +1,32 @@
 """blocklab translate --run DIR [--input FILE] [--beam 5]: the arguments and the text; the translating is
 blocklab.inference's."""
+
 from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("translate", help="translate lines with a trained translation model",
-                       description="Read source sentences, one a line (standard input, or --input FILE), and write "
-                                   "one translation a line, from the latest checkpoint of a translation run "
-                                   "(model.task = 'translation'). An empty line gives an empty line.")
+    p = sub.add_parser(
+        "translate",
+        help="translate lines with a trained translation model",
+        description="Read source sentences, one a line (standard input, or --input FILE), and write "
+        "one translation a line, from the latest checkpoint of a translation run "
+        "(model.task = 'translation'). An empty line gives an empty line.",
+    )
     p.add_argument("--run", required=True, help="run directory written by blocklab train")
     p.add_argument("--input", help="a UTF-8 text file of source sentences (default: standard input)")
     p.add_argument("--beam", type=int, default=5, help="beam size, 1 = greedy (default: 5)")
-    p.add_argument("--length-penalty", type=float, default=1.0,
-                   help="hypotheses are ranked by log-probability / length ** this (default: 1.0)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="longest translation in tokens (default: the model's max_seq_len - 1)")
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=1.0,
+        help="hypotheses are ranked by log-probability / length ** this (default: 1.0)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="longest translation in tokens (default: the model's max_seq_len - 1)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.set_defaults(func=run)
@@ -30,7 +42,8 @@ def run(args) -> int:
 
     loaded = load_translation_run(args.run, args.device)  # a bad run fails before standard input is read
     lines = read_lines(args.input, "--input")
-    for line in translate_lines(loaded, lines, args.beam, args.length_penalty, args.max_new_tokens,
-                                args.batch_size, args.device):
+    for line in translate_lines(
+        loaded, lines, args.beam, args.length_penalty, args.max_new_tokens, args.batch_size, args.device
+    ):
         print(line)
     return 0

@@ -74,8 +74,14 @@ def _batches(docs: Iterable[Document], counter: dict) -> Iterator[list[str]]:
         yield batch
 
 
-def encode_stream(tok: Tokenizer, docs: Iterable[Document], path: Path, dtype: np.dtype,
-                  counts: np.ndarray | None = None, progress: tqdm | None = None) -> dict:
+def encode_stream(
+    tok: Tokenizer,
+    docs: Iterable[Document],
+    path: Path,
+    dtype: np.dtype,
+    counts: np.ndarray | None = None,
+    progress: tqdm | None = None,
+) -> dict:
     """Append the documents' ids, each followed by <eod>, as raw `dtype` to `path`, and
     the int64 offset of each document's first token to `path`.starts (raw); add the ids
     to `counts` if given. Returns the numbers of documents, bytes and tokens."""
@@ -132,16 +138,29 @@ def build_entry(tmp: Path, stream: DocStream, cfg: DataConfig, log: Callable) ->
     dtype = token_dtype(tok.get_vocab_size())
     counts = np.zeros(tok.get_vocab_size(), dtype=np.int64)
     total = stream.info.get("bytes")
-    with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="data: encoding",
-              disable=None, mininterval=1.0, leave=False) as bar:
-        parts = {part: encode_stream(tok, stream.docs(part), tmp / f"{part}.bin", dtype,
-                                     counts if part == "train" else None, bar)
-                 for part in ("train", "val")}
+    with tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1000,
+        desc="data: encoding",
+        disable=None,
+        mininterval=1.0,
+        leave=False,
+    ) as bar:
+        parts = {
+            part: encode_stream(
+                tok, stream.docs(part), tmp / f"{part}.bin", dtype, counts if part == "train" else None, bar
+            )
+            for part in ("train", "val")
+        }
     t_encode = time.perf_counter() - t0
     for part, got in parts.items():
         if got["docs"] == 0:
-            raise UserError(f"{stream.root}: no document fell into the {part} split "
-                            f"(too few documents for data.val_fraction={cfg.val_fraction})")
+            raise UserError(
+                f"{stream.root}: no document fell into the {part} split "
+                f"(too few documents for data.val_fraction={cfg.val_fraction})"
+            )
         _offsets_to_npy(tmp / f"{part}.starts", tmp / f"{part}_doc_starts.npy")
     n_bytes = parts["train"]["bytes"] + parts["val"]["bytes"]
     stats = {
@@ -159,6 +178,8 @@ def build_entry(tmp: Path, stream: DocStream, cfg: DataConfig, log: Callable) ->
         "encode_seconds": round(t_encode, 3),
         "encode_mb_per_s": round(n_bytes / 1e6 / max(t_encode, 1e-9), 2),
     }
-    log(f"data: encoded {n_bytes / 1e6:.1f} MB into {stats['tokens_train'] + stats['tokens_val']:,} tokens "
-        f"in {t_encode:.1f} s ({stats['encode_mb_per_s']:.1f} MB/s)")
+    log(
+        f"data: encoded {n_bytes / 1e6:.1f} MB into {stats['tokens_train'] + stats['tokens_val']:,} tokens "
+        f"in {t_encode:.1f} s ({stats['encode_mb_per_s']:.1f} MB/s)"
+    )
     return {"dtype": dtype.name, "stats": stats}

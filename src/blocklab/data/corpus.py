@@ -58,7 +58,7 @@ class Corpus:
             counts = np.bincount(self.train, minlength=v).astype(np.float64)
             log_p = np.log((counts + 1.0) / (counts.sum() + v))
             val = np.bincount(self.val, minlength=v).astype(np.float64)
-            self.stats["unigram_eval_loss"] = float(-(val * log_p[:len(val)]).sum() / max(val.sum(), 1.0))
+            self.stats["unigram_eval_loss"] = float(-(val * log_p[: len(val)]).sum() / max(val.sum(), 1.0))
         return float(self.stats["unigram_eval_loss"])
 
     @property
@@ -83,8 +83,11 @@ def prepare(cfg: DataConfig, log: Callable = print, stream: DocStream | None = N
     if stream is None:
         stream = open_stream(cfg, log)  # a scan; most bad inputs fail here, before the cache is touched
     budget = sample_budget(cfg, stream)
-    settings = {**tokenizer_settings(cfg.vocab_size), "val_fraction": cfg.val_fraction,
-                "tokenizer_sample_bytes": "all" if budget is None else budget}
+    settings = {
+        **tokenizer_settings(cfg.vocab_size),
+        "val_fraction": cfg.val_fraction,
+        "tokenizer_sample_bytes": "all" if budget is None else budget,
+    }
     key = cache.corpus_key(stream, settings)
 
     root = cache_root(cfg)

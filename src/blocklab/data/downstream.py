@@ -14,6 +14,7 @@ taken in a fixed hash order of the file names up to `data.task_pool_mb`, and spl
 task's training and validation examples (20%), so the two versions of a mutated function, and all the
 functions of one file, stay on one side.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,8 +66,9 @@ def code_pool(pretrain: DataConfig | None, pool_mb: float, log: Callable) -> lis
 def _code_pool(pretrain: DataConfig | None, pool_mb: float, log: Callable) -> list[Document]:
     excluded = pretraining_digests(pretrain, log)
     stream = python_stream(0.5, lambda *a, **k: None)  # the split of this stream is not used
-    docs = sorted((d for d in stream.docs("all") if _digest(d.text) not in excluded),
-                  key=lambda d: unit_hash(d.name, POOL_SALT))
+    docs = sorted(
+        (d for d in stream.docs("all") if _digest(d.text) not in excluded), key=lambda d: unit_hash(d.name, POOL_SALT)
+    )
     pool, size = [], 0
     for d in docs:
         if size >= pool_mb * 1e6:
@@ -74,10 +76,14 @@ def _code_pool(pretrain: DataConfig | None, pool_mb: float, log: Callable) -> li
         pool.append(d)
         size += len(d.text.encode("utf-8"))
     if not pool:
-        raise UserError("no Python file of this environment is outside the pre-training split: "
-                        "there is nothing to build the code tasks from")
-    log(f"data: code-task pool: {len(pool):,} files, {size / 1e6:.1f} MB of the environment's "
-        f"{stream.info['files']:,} Python files; left out {len(excluded):,} pre-training documents")
+        raise UserError(
+            "no Python file of this environment is outside the pre-training split: "
+            "there is nothing to build the code tasks from"
+        )
+    log(
+        f"data: code-task pool: {len(pool):,} files, {size / 1e6:.1f} MB of the environment's "
+        f"{stream.info['files']:,} Python files; left out {len(excluded):,} pre-training documents"
+    )
     return pool
 
 
@@ -107,8 +113,11 @@ def load_code_task(name: str, cfg: DataConfig, pretrain: DataConfig | None, log:
     else:
         log(f"data: building {name} from {len(pool):,} files (cached afterwards)")
         task = build_code_task(name, pool, seed=TASK_SEED, side=is_val)
-        raw = {"label_names": task.label_names, "info": task.info,
-               "examples": [[e.text, e.label, e.text_pair, e.doc, e.group] for e in task.examples]}
+        raw = {
+            "label_names": task.label_names,
+            "info": task.info,
+            "examples": [[e.text, e.label, e.text_pair, e.doc, e.group] for e in task.examples],
+        }
         write_atomic(path, json.dumps(raw))
     examples = [Example(t, label, pair, doc, group) for t, label, pair, doc, group in raw["examples"]]
     train = [e for e in examples if not is_val(e.doc)]
@@ -127,8 +136,10 @@ def load_labelled(cfg: DataConfig, pretrain: DataConfig | None, log: Callable = 
         return load_code_task(cfg.source, cfg, pretrain, log)
     path = Path(cfg.source).expanduser()
     if not cfg.source.startswith("hf:") and not path.exists():
-        raise UserError(f"unknown task {cfg.source!r}: choose an embedded code task ({', '.join(CODE_TASKS)}), "
-                        "hf:NAME with data.hf_config, or a .tsv/.jsonl file or folder of classification data")
+        raise UserError(
+            f"unknown task {cfg.source!r}: choose an embedded code task ({', '.join(CODE_TASKS)}), "
+            "hf:NAME with data.hf_config, or a .tsv/.jsonl file or folder of classification data"
+        )
     from blocklab.data.glue import load_glue_layout
 
     return load_glue_layout(cfg.source, cfg.hf_config, log=log, cache_dir=cfg.cache_dir)

@@ -1,5 +1,6 @@
 """Labelled examples for `task="classification"` (SPEC sections 3 and 7): one text or a text pair
 and a label, from an embedded code task (data/codetasks/) or GLUE-layout data (data/glue.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,11 +9,11 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Example:
     text: str
-    label: int | float        # a class index, or the target of a regression (n_labels = 1)
+    label: int | float  # a class index, or the target of a regression (n_labels = 1)
     text_pair: str | None = None
-    doc: str = ""             # where it came from (a file for code tasks, "row N" for tables)
-    group: str = ""           # examples made from one function (its correct and mutated versions):
-                              # kept or left out together; "" = the example alone
+    doc: str = ""  # where it came from (a file for code tasks, "row N" for tables)
+    group: str = ""  # examples made from one function (its correct and mutated versions):
+    # kept or left out together; "" = the example alone
 
 
 @dataclass
@@ -23,7 +24,7 @@ class LabelledData:
     train: list[Example]
     val: list[Example]
     label_names: list[str] | None  # None: regression, one output
-    metric: str                    # a key of data.scores.METRICS
+    metric: str  # a key of data.scores.METRICS
     info: dict = field(default_factory=dict)  # counts for the log and summary.json
 
     @property

@@ -52,8 +52,15 @@ def walk(root: Path, keep_dir: Callable[[str], bool], keep_file: Callable[[str],
     return sorted(out)
 
 
-def scan_files(entries: list[tuple[str, Path]], kind: str, source: str, val_fraction: float, log: Callable,
-               dedupe: bool = False, max_bytes: int | None = None) -> DocStream:
+def scan_files(
+    entries: list[tuple[str, Path]],
+    kind: str,
+    source: str,
+    val_fraction: float,
+    log: Callable,
+    dedupe: bool = False,
+    max_bytes: int | None = None,
+) -> DocStream:
     """A DocStream over `entries` (document name, path), in the given order."""
     kept: list[_File] = []
     fp, seen = Fingerprint(), set()
@@ -83,8 +90,10 @@ def scan_files(entries: list[tuple[str, Path]], kind: str, source: str, val_frac
         info["bytes"] += len(data)
     if info["skipped_files"]:
         # One line for all of them: a folder with a thousand images must not flood the log.
-        log(f"warning: skipped {info['skipped_files']} file(s) in {source} that are not UTF-8 text "
-            "(binary, undecodable or unreadable)")
+        log(
+            f"warning: skipped {info['skipped_files']} file(s) in {source} that are not UTF-8 text "
+            "(binary, undecodable or unreadable)"
+        )
     info["files"] = len(kept)
     rule = SplitRule(val_fraction, (f.name for f in kept))
 
@@ -134,8 +143,9 @@ def folder_stream(root: Path, pattern: str | None, val_fraction: float, log: Cal
             raise UserError(f"glob {pattern!r} matches no files in data folder {root}")
     stream = scan_files([(r, root / r) for r in rel], "folder", str(root), val_fraction, log)
     if not stream.info["files"]:
-        raise UserError(f"data folder {root} has no non-empty UTF-8 text files "
-                        f"({stream.info['skipped_files']} skipped)")
+        raise UserError(
+            f"data folder {root} has no non-empty UTF-8 text files ({stream.info['skipped_files']} skipped)"
+        )
     return stream
 
 
@@ -160,16 +170,28 @@ def python_stream(val_fraction: float, log: Callable) -> DocStream:
     entries = []
     skip_dirs = STDLIB_EXCLUDED_DIRS  # site-packages under stdlib is walked as purelib
     for label, root in roots:
-        rel = walk(root, lambda d: d not in skip_dirs and not d.startswith("."),
-                   lambda f: f.endswith(".py") and not _is_python_test_file(f))
+        rel = walk(
+            root,
+            lambda d: d not in skip_dirs and not d.startswith("."),
+            lambda f: f.endswith(".py") and not _is_python_test_file(f),
+        )
         entries.extend((f"{label}/{r}", root / r) for r in rel)
     where = ", ".join(f"{label} {root}" for label, root in roots)
     if not entries:
         raise UserError(f"the Python environment ({where}) has no .py files")
-    stream = scan_files(entries, "python", f"the Python environment ({where})", val_fraction, log,
-                        dedupe=True, max_bytes=PYTHON_MAX_FILE_BYTES)
+    stream = scan_files(
+        entries,
+        "python",
+        f"the Python environment ({where})",
+        val_fraction,
+        log,
+        dedupe=True,
+        max_bytes=PYTHON_MAX_FILE_BYTES,
+    )
     i = stream.info
-    log(f"data: python environment ({where}): {i['files']:,} files, {i['bytes'] / 1e6:.1f} MB; left out "
+    log(
+        f"data: python environment ({where}): {i['files']:,} files, {i['bytes'] / 1e6:.1f} MB; left out "
         f"{i['duplicate_files']:,} duplicates, {i['large_files']:,} files over {PYTHON_MAX_FILE_BYTES / 1e6:g} MB, "
-        f"{i['skipped_files']:,} not UTF-8; fingerprint {stream.fingerprint[:16]}")
+        f"{i['skipped_files']:,} not UTF-8; fingerprint {stream.fingerprint[:16]}"
+    )
     return stream

@@ -21,6 +21,7 @@ Cleaning (what a pair must be to be kept; the counts are logged and stored in th
   MAX_CHARS characters (option tables, licence texts) are dropped;
 - exact duplicate pairs (the same message in several catalogs) are kept once.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,10 @@ from blocklab.errors import UserError
 MO_MAGIC = 0x950412DE
 MAX_CHARS = 300
 # printf (%s, %-10.3lf, %1$s, %'d, %zu, %m), Python %(name)s, brace formats ({0}, {name}, {}).
-_FORMAT = re.compile(r"%(?:\(\w+\))?(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|I64)?"
-                     r"[diouxXeEfFgGaAcspnmCS%]|\{\w*(?:[:!][^{}]*)?\}")
+_FORMAT = re.compile(
+    r"%(?:\(\w+\))?(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|I64)?"
+    r"[diouxXeEfFgGaAcspnmCS%]|\{\w*(?:[:!][^{}]*)?\}"
+)
 _ACCEL = re.compile(r"[_&](?=[^\W_])")
 _LETTER = re.compile(r"[^\W\d_]")
 _SPACE = re.compile(r"\s+")
@@ -80,7 +83,7 @@ def read_mo(path: str | Path) -> Catalog:
             ls, os_ = struct.unpack_from(order + "2I", data, o_strs + 8 * i)
             if oi + li > len(data) or os_ + ls > len(data):
                 raise struct.error("string outside the file")
-            raw.append((data[oi:oi + li], data[os_:os_ + ls]))
+            raw.append((data[oi : oi + li], data[os_ : os_ + ls]))
     except struct.error:
         raise UserError(f"{path} is a damaged gettext .mo catalog (its string table runs past the end)") from None
     charset, nplurals = "utf-8", None
@@ -119,7 +122,7 @@ def find_catalogs(lang: str, roots: Iterable[Path] | None = None) -> tuple[list[
     """(the .mo files for `lang`, the folders searched), in a stable order. A locale root holds
     <lang>/LC_MESSAGES directly; a package tree holds them at any depth below a `locale` folder."""
     searched, found = [], []
-    for root in (locale_roots() if roots is None else list(roots)):
+    for root in locale_roots() if roots is None else list(roots):
         root = Path(root)
         searched.append(root)
         if not root.is_dir():
@@ -138,7 +141,7 @@ def _strip_accelerator(text: str, other: str) -> str:
         return text
     i = marks[0].start()
     word = re.search(r"\S*$", text[:i]).group() + re.match(r"\S*", text[i:]).group()
-    return text if word in other else text[:i] + text[i + 1:]
+    return text if word in other else text[:i] + text[i + 1 :]
 
 
 def _tidy(text: str) -> str | None:
@@ -164,15 +167,20 @@ class GettextPairs:
 def gettext_pairs(src_lang: str, tgt_lang: str, roots: Iterable[Path] | None = None) -> GettextPairs:
     """Cleaned, deduplicated (source, target) pairs; one language must be English (the msgids)."""
     if "en" not in (src_lang, tgt_lang) or src_lang == tgt_lang:
-        raise UserError(f"data.source='gettext' pairs English message ids with one other language; got "
-                        f"data.src_lang={src_lang!r}, data.tgt_lang={tgt_lang!r} (one of them must be 'en')")
+        raise UserError(
+            f"data.source='gettext' pairs English message ids with one other language; got "
+            f"data.src_lang={src_lang!r}, data.tgt_lang={tgt_lang!r} (one of them must be 'en')"
+        )
     lang = tgt_lang if src_lang == "en" else src_lang
     catalogs, searched = find_catalogs(lang, roots)
     if not catalogs:
-        raise UserError(f"no gettext catalogs for language {lang!r}: looked for {lang}/LC_MESSAGES/*.mo in "
-                        + ", ".join(map(str, searched)))
-    counts = dict.fromkeys(("messages", "untranslated", "plural_dropped", "format", "unusable", "identical",
-                            "duplicate", "kept"), 0)
+        raise UserError(
+            f"no gettext catalogs for language {lang!r}: looked for {lang}/LC_MESSAGES/*.mo in "
+            + ", ".join(map(str, searched))
+        )
+    counts = dict.fromkeys(
+        ("messages", "untranslated", "plural_dropped", "format", "unusable", "identical", "duplicate", "kept"), 0
+    )
     seen, pairs = set(), []
     for path in catalogs:
         cat = read_mo(path)

@@ -17,6 +17,7 @@ class names (sorted, or a hub ClassLabel's names) or numbers for a regression (S
 label: label_names None). The metric is the GLUE task's when hf_config or the file / folder name
 names one, else accuracy (Pearson/Spearman for a regression). Bad input: one UserError line.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,36 +38,46 @@ from blocklab.errors import UserError
 VAL_FRACTION = 0.1  # of a single table's rows, by hash
 VAL_SPLITS = ("validation", "validation_matched", "dev", "dev_matched", "val", "valid")  # first found wins
 # Pairs first: qnli's question/sentence must not be read as the single text "sentence".
-GENERIC_TEXTS = (("sentence1", "sentence2"), ("question1", "question2"), ("premise", "hypothesis"),
-                 ("question", "sentence"), ("sentence",), ("text",))
+GENERIC_TEXTS = (
+    ("sentence1", "sentence2"),
+    ("question1", "question2"),
+    ("premise", "hypothesis"),
+    ("question", "sentence"),
+    ("sentence",),
+    ("text",),
+)
 
 
 @dataclass(frozen=True)
 class GlueTask:
     name: str
     texts: tuple[str, ...]  # the hub's text column(s)
-    n_labels: int           # 1: a regression
+    n_labels: int  # 1: a regression
     metric: str
     # The columns of the TSV files from gluebenchmark.com, where they differ from the hub's.
     tsv_texts: tuple[str, ...] = ()
     tsv_label: str | None = None
 
 
-GLUE_TASKS = {t.name: t for t in (
-    GlueTask("cola", ("sentence",), 2, "matthews"),
-    GlueTask("sst2", ("sentence",), 2, "accuracy"),
-    GlueTask("mrpc", ("sentence1", "sentence2"), 2, "f1_accuracy", ("#1 String", "#2 String"), "Quality"),
-    GlueTask("qqp", ("question1", "question2"), 2, "f1_accuracy", (), "is_duplicate"),
-    GlueTask("stsb", ("sentence1", "sentence2"), 1, "pearson_spearman", (), "score"),
-    GlueTask("mnli", ("premise", "hypothesis"), 3, "accuracy", ("sentence1", "sentence2"), "gold_label"),
-    GlueTask("qnli", ("question", "sentence"), 2, "accuracy"),
-    GlueTask("rte", ("sentence1", "sentence2"), 2, "accuracy"),
-    GlueTask("wnli", ("sentence1", "sentence2"), 2, "accuracy"),
-)}
+GLUE_TASKS = {
+    t.name: t
+    for t in (
+        GlueTask("cola", ("sentence",), 2, "matthews"),
+        GlueTask("sst2", ("sentence",), 2, "accuracy"),
+        GlueTask("mrpc", ("sentence1", "sentence2"), 2, "f1_accuracy", ("#1 String", "#2 String"), "Quality"),
+        GlueTask("qqp", ("question1", "question2"), 2, "f1_accuracy", (), "is_duplicate"),
+        GlueTask("stsb", ("sentence1", "sentence2"), 1, "pearson_spearman", (), "score"),
+        GlueTask("mnli", ("premise", "hypothesis"), 3, "accuracy", ("sentence1", "sentence2"), "gold_label"),
+        GlueTask("qnli", ("question", "sentence"), 2, "accuracy"),
+        GlueTask("rte", ("sentence1", "sentence2"), 2, "accuracy"),
+        GlueTask("wnli", ("sentence1", "sentence2"), 2, "accuracy"),
+    )
+}
 
 
 def glue_task(name: str | None) -> GlueTask | None:
     """The GLUE task a config or file name means: "SST-2", "sst2", "mrpc_train", "glue.cola"."""
+
     def norm(s: str) -> str:
         return re.sub(r"[^a-z0-9]", "", s.lower())
 
@@ -77,11 +88,12 @@ def glue_task(name: str | None) -> GlueTask | None:
 @dataclass
 class _Table:
     """Rows as columns, and where each row came from (for messages and Example.doc)."""
-    where: str                      # the file, or "data source hf:X split 'train'"
+
+    where: str  # the file, or "data source hf:X split 'train'"
     columns: dict[str, list]
     lines: list[int] | None = None  # each row's line in its file; None: messages say "row i"
     features: dict = field(default_factory=dict)  # a hub dataset's column types
-    rows: list[int] | None = None   # each row's index in its source, kept by a cut: Example.doc
+    rows: list[int] | None = None  # each row's index in its source, kept by a cut: Example.doc
 
     def __post_init__(self):
         if self.rows is None:
@@ -91,8 +103,13 @@ class _Table:
         return f"{self.where} line {self.lines[i]}" if self.lines else f"{self.where} row {self.rows[i]}"
 
     def take(self, idx: list[int]) -> _Table:
-        return _Table(self.where, {c: [v[i] for i in idx] for c, v in self.columns.items()},
-                      [self.lines[i] for i in idx] if self.lines else None, self.features, [self.rows[i] for i in idx])
+        return _Table(
+            self.where,
+            {c: [v[i] for i in idx] for c, v in self.columns.items()},
+            [self.lines[i] for i in idx] if self.lines else None,
+            self.features,
+            [self.rows[i] for i in idx],
+        )
 
 
 def _read_tsv(path: Path) -> _Table:
@@ -108,8 +125,10 @@ def _read_tsv(path: Path) -> _Table:
     cells = [line.split("\t") for _, line in rows]
     bad = next((i for i, fields in enumerate(cells) if len(fields) != len(names)), None)
     if bad is not None:
-        raise UserError(f"{path} line {rows[bad][0]}: expected {len(names)} tab-separated fields as in the header, "
-                        f"found {len(cells[bad])}")
+        raise UserError(
+            f"{path} line {rows[bad][0]}: expected {len(names)} tab-separated fields as in the header, "
+            f"found {len(cells[bad])}"
+        )
     return _Table(str(path), {c: list(v) for c, v in zip(names, zip(*cells))}, [n for n, _ in rows])
 
 
@@ -148,8 +167,10 @@ def _pick_columns(names, task: GlueTask | None, where: str) -> tuple[tuple[str, 
     if label is None:
         raise UserError(f"{where}: dataset without labels: no 'label' column (columns found: {found})")
     if texts is None:
-        raise UserError(f"{where}: no text columns: expected 'sentence', or 'sentence1' and 'sentence2' "
-                        f"(or question1/question2, premise/hypothesis, question/sentence); columns found: {found}")
+        raise UserError(
+            f"{where}: no text columns: expected 'sentence', or 'sentence1' and 'sentence2' "
+            f"(or question1/question2, premise/hypothesis, question/sentence); columns found: {found}"
+        )
     return texts, label
 
 
@@ -169,11 +190,14 @@ def _hf_tables(spec: str, hf_config: str | None, task, cache_dir) -> tuple[_Tabl
         elif path.is_dir():
             ds = datasets.load_dataset(str(path), cache_dir=cache_dir)
         elif path.is_file() and path.suffix.lower() in BUILDERS:
-            ds = datasets.load_dataset(BUILDERS[path.suffix.lower()], data_files={"train": str(path)},
-                                       cache_dir=cache_dir)
+            ds = datasets.load_dataset(
+                BUILDERS[path.suffix.lower()], data_files={"train": str(path)}, cache_dir=cache_dir
+            )
         elif path.exists() or spec.startswith((".", "/", "~")) or path.suffix.lower() in BUILDERS:
-            raise UserError(f"data source hf:{spec} does not exist or is not a {', '.join(sorted(BUILDERS))} "
-                            "file, a folder of them or a save_to_disk folder")
+            raise UserError(
+                f"data source hf:{spec} does not exist or is not a {', '.join(sorted(BUILDERS))} "
+                "file, a folder of them or a save_to_disk folder"
+            )
         else:
             hub = True
             ds = datasets.load_dataset(spec, hf_config, cache_dir=cache_dir)
@@ -220,8 +244,11 @@ def _raw_labels(table: _Table, col: str) -> list:
     out = [_parse_label(v) for v in table.columns[col]]
     for i, v in enumerate(out):
         if not isinstance(v, (int, float, str)):
-            raise UserError(f"{table.at(i)}: no label in column {col!r}" if v is None
-                            else f"{table.at(i)}: label {v!r} is not a number or a class name")
+            raise UserError(
+                f"{table.at(i)}: no label in column {col!r}"
+                if v is None
+                else f"{table.at(i)}: label {v!r} is not a number or a class name"
+            )
     if all(v == -1 for v in out):
         raise UserError(f"{table.where}: every label is -1, as in GLUE's test split: these rows have no labels")
     return out
@@ -252,8 +279,10 @@ def _label_space(train: _Table, val: _Table, col: str, task: GlueTask | None):
         y_train, y_val = ([_index(v) for v in ys] for ys in (tr, va))
         bad = next((i for i, k in enumerate(y_train) if k is None or (class_names and k >= len(class_names))), None)
         if bad is not None:
-            raise UserError(f"{train.at(bad)}: label {tr[bad]!r} is not a class index"
-                            + (f" of {len(class_names)} classes" if class_names else ""))
+            raise UserError(
+                f"{train.at(bad)}: label {tr[bad]!r} is not a class index"
+                + (f" of {len(class_names)} classes" if class_names else "")
+            )
         names = list(class_names or map(str, range(max(max(y_train) + 1, task.n_labels if task else 2))))
     seen = set(y_train)
     if len(seen) < 2:
@@ -261,8 +290,10 @@ def _label_space(train: _Table, val: _Table, col: str, task: GlueTask | None):
     bad = next((i for i, k in enumerate(y_val) if k not in seen), None)  # seen: only valid indices
     if bad is not None:
         shown = names[y_val[bad]] if class_names and y_val[bad] is not None and y_val[bad] < len(names) else va[bad]
-        raise UserError(f"{val.at(bad)}: unknown label {shown!r}: the training split has no such label "
-                        f"(training labels: {', '.join(names[k] for k in sorted(seen))})")
+        raise UserError(
+            f"{val.at(bad)}: unknown label {shown!r}: the training split has no such label "
+            f"(training labels: {', '.join(names[k] for k in sorted(seen))})"
+        )
     return names, y_train, y_val
 
 
@@ -271,14 +302,18 @@ def _examples(table: _Table, texts: tuple[str, ...], ys: list) -> list[Example]:
         bad = next((i for i, v in enumerate(table.columns[col]) if not isinstance(v, str)), None)
         if bad is not None:
             value = table.columns[col][bad]
-            raise UserError(f"{table.at(bad)}: no text in column {col!r}" if value is None
-                            else f"{table.at(bad)}: column {col!r} holds {value!r}, not text")
+            raise UserError(
+                f"{table.at(bad)}: no text in column {col!r}"
+                if value is None
+                else f"{table.at(bad)}: column {col!r} holds {value!r}, not text"
+            )
     pairs = table.columns[texts[1]] if len(texts) > 1 else [None] * len(ys)
     return [Example(t, y, p, f"row {r}") for t, p, y, r in zip(table.columns[texts[0]], pairs, ys, table.rows)]
 
 
-def load_glue_layout(source: str, hf_config: str | None = None, log: Callable = print, cache_dir=None,
-                     metric: str | None = None) -> LabelledData:
+def load_glue_layout(
+    source: str, hf_config: str | None = None, log: Callable = print, cache_dir=None, metric: str | None = None
+) -> LabelledData:
     """GLUE-layout data (see the module docstring). `cache_dir`: blocklab's cache folder (`data.cache_dir`);
     `datasets` then keeps its files in its "hf-datasets" subfolder, apart from blocklab's entries (None:
     `datasets`' own default, shared with other tools). `metric` overrides the task's."""
@@ -290,13 +325,16 @@ def load_glue_layout(source: str, hf_config: str | None = None, log: Callable = 
             raise UserError("data source 'hf:' needs a dataset name or a path, e.g. hf:nyu-mll/glue")
         name = hf_config or Path(spec.rstrip("/")).name
         task = glue_task(hf_config) or glue_task(Path(spec.rstrip("/")).name)
-        train, val = _hf_tables(spec, hf_config, task, str(Path(cache_dir).expanduser() / "hf-datasets")
-                                if cache_dir else None)
+        train, val = _hf_tables(
+            spec, hf_config, task, str(Path(cache_dir).expanduser() / "hf-datasets") if cache_dir else None
+        )
     else:
         path = Path(source).expanduser()
         if not path.exists():
-            raise UserError(f"data source {source!r} does not exist (expected a .tsv or .jsonl file, a folder "
-                            "with train.tsv and dev.tsv, or hf:NAME_OR_PATH)")
+            raise UserError(
+                f"data source {source!r} does not exist (expected a .tsv or .jsonl file, a folder "
+                "with train.tsv and dev.tsv, or hf:NAME_OR_PATH)"
+            )
         name = path.name if path.is_dir() else path.stem
         task = glue_task(name)
         train, val = _read_folder(path) if path.is_dir() else (_read_file(path), None)
@@ -316,18 +354,29 @@ def load_glue_layout(source: str, hf_config: str | None = None, log: Callable = 
     if metric is None:
         fits = task is not None and (task.n_labels == 1) == regression
         metric = task.metric if fits else ("pearson_spearman" if regression else "accuracy")
-    data = LabelledData(task.name if task else name, _examples(train, texts, y_train), _examples(val, texts, y_val),
-                        label_names, metric)
-    data.info = {"source": source, "split": how, "columns": [*texts, label], "train": len(y_train),
-                 "val": len(y_val), "baseline": majority_baseline(y_train, y_val, metric)}
+    data = LabelledData(
+        task.name if task else name, _examples(train, texts, y_train), _examples(val, texts, y_val), label_names, metric
+    )
+    data.info = {
+        "source": source,
+        "split": how,
+        "columns": [*texts, label],
+        "train": len(y_train),
+        "val": len(y_val),
+        "baseline": majority_baseline(y_train, y_val, metric),
+    }
     summary = f"{data.name}: {len(y_train)} training and {len(y_val)} validation examples ({how}), "
     if regression:
         log(summary + f"regression, metric {metric}")
         return data
-    counts = {part: {label_names[k]: n for k, n in sorted(Counter(ys).items())}
-              for part, ys in (("train", y_train), ("val", y_val))}
+    counts = {
+        part: {label_names[k]: n for k, n in sorted(Counter(ys).items())}
+        for part, ys in (("train", y_train), ("val", y_val))
+    }
     data.info.update(label_counts=counts, majority_accuracy=majority_baseline(y_train, y_val, "accuracy")["score"])
     other = f", {metric} {data.info['baseline']['score']:.1f}" if metric != "accuracy" else ""
-    log(summary + f"{data.n_labels} labels (training: {', '.join(f'{k} {n}' for k, n in counts['train'].items())}), "
-        f"metric {metric}; majority-class baseline on validation: accuracy {data.info['majority_accuracy']:.1f}{other}")
+    log(
+        summary + f"{data.n_labels} labels (training: {', '.join(f'{k} {n}' for k, n in counts['train'].items())}), "
+        f"metric {metric}; majority-class baseline on validation: accuracy {data.info['majority_accuracy']:.1f}{other}"
+    )
     return data

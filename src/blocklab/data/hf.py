@@ -88,23 +88,30 @@ def _local_loader(spec: str, cfg: DataConfig):
         files = _files_under(path)
         if not files:
             raise UserError(f"data source hf:{spec}: the folder has no data files")
-        return (lambda: datasets.load_dataset(str(path), split=cfg.split, streaming=cfg.streaming),
-                _hash_files(files, path))
+        return (
+            lambda: datasets.load_dataset(str(path), split=cfg.split, streaming=cfg.streaming),
+            _hash_files(files, path),
+        )
     elif spec.startswith((".", "/", "~")) or path.suffix.lower() in BUILDERS:
         raise UserError(f"data source hf:{spec} does not exist")
     else:
         return None
     kinds = {BUILDERS.get(f.suffix.lower()) for f in files}
     if None in kinds or len(kinds) != 1:
-        raise UserError(f"data source hf:{spec}: expected data files of one kind "
-                        f"({', '.join(sorted(BUILDERS))}), got {', '.join(sorted({f.suffix for f in files}))}")
+        raise UserError(
+            f"data source hf:{spec}: expected data files of one kind "
+            f"({', '.join(sorted(BUILDERS))}), got {', '.join(sorted({f.suffix for f in files}))}"
+        )
     builder = kinds.pop()
     extra = {"sample_by": "paragraph"} if builder == "text" else {}
     # The files are the split the user asked for, whatever its name.
     data_files = {cfg.split: [str(f) for f in files]}
-    return (lambda: datasets.load_dataset(builder, data_files=data_files, split=cfg.split,
-                                          streaming=cfg.streaming, **extra),
-            _hash_files(files, files[0].parent if len(files) == 1 else Path("/")))
+    return (
+        lambda: datasets.load_dataset(
+            builder, data_files=data_files, split=cfg.split, streaming=cfg.streaming, **extra
+        ),
+        _hash_files(files, files[0].parent if len(files) == 1 else Path("/")),
+    )
 
 
 def _hub_loader(name: str, cfg: DataConfig):
@@ -113,13 +120,13 @@ def _hub_loader(name: str, cfg: DataConfig):
     try:
         revision = HfApi().dataset_info(name, timeout=HUB_TIMEOUT_S).sha
     except Exception as e:  # no network, offline mode, unknown or gated name: all mean "cannot read it"
-        raise UserError(f"data source hf:{name}: cannot reach this dataset on the Hugging Face hub "
-                        f"({_short(e)})") from None
+        raise UserError(
+            f"data source hf:{name}: cannot reach this dataset on the Hugging Face hub ({_short(e)})"
+        ) from None
     import datasets
 
     def load():
-        return datasets.load_dataset(name, cfg.hf_config, split=cfg.split, streaming=cfg.streaming,
-                                     revision=revision)
+        return datasets.load_dataset(name, cfg.hf_config, split=cfg.split, streaming=cfg.streaming, revision=revision)
 
     identity = {"hub": name, "revision": revision}
     return load, hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()
@@ -138,13 +145,15 @@ def _open_dataset(load: Callable, spec: str, cfg: DataConfig):
         raise UserError(f"data source hf:{spec}: cannot load it with `datasets` ({_short(e)})") from None
     if isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):  # save_to_disk of a DatasetDict
         if cfg.split not in ds:
-            raise UserError(f"data source hf:{spec} has no split {cfg.split!r} (splits: {', '.join(ds)}); "
-                            "set data.split")
+            raise UserError(
+                f"data source hf:{spec} has no split {cfg.split!r} (splits: {', '.join(ds)}); set data.split"
+            )
         ds = ds[cfg.split]
     field = cfg.text_field
     if ds.column_names is not None and field not in ds.column_names:
-        raise UserError(f"data source hf:{spec} has no field {field!r} (fields: {', '.join(ds.column_names)}); "
-                        "set data.text_field")
+        raise UserError(
+            f"data source hf:{spec} has no field {field!r} (fields: {', '.join(ds.column_names)}); set data.text_field"
+        )
     feature = ds.features.get(field) if ds.features is not None else None
     if feature is not None and getattr(feature, "dtype", None) not in ("string", "large_string"):
         raise UserError(f"data source hf:{spec}: field {field!r} holds {feature}, not text")
@@ -171,8 +180,7 @@ def hf_stream(cfg: DataConfig, log: Callable) -> DocStream:
         raise UserError("data source 'hf:' needs a dataset name or a path, e.g. hf:wikitext or hf:data/train.parquet")
     local = _local_loader(spec, cfg)
     load, fingerprint = local if local is not None else _hub_loader(spec, cfg)
-    settings = {"text_field": cfg.text_field, "split": cfg.split,
-                "hf_config": cfg.hf_config if local is None else None}
+    settings = {"text_field": cfg.text_field, "split": cfg.split, "hf_config": cfg.hf_config if local is None else None}
     field, state = cfg.text_field, {}
 
     def dataset():
@@ -194,8 +202,9 @@ def hf_stream(cfg: DataConfig, log: Callable) -> DocStream:
                 if text is None or text == "":
                     continue
                 if not isinstance(text, str):
-                    raise UserError(f"data source hf:{spec} {name}: field {field!r} holds "
-                                    f"{type(text).__name__}, not text")
+                    raise UserError(
+                        f"data source hf:{spec} {name}: field {field!r} holds {type(text).__name__}, not text"
+                    )
                 yield Document(name, text)
         if i == 0:
             raise UserError(f"data source hf:{spec}: split {cfg.split!r} is empty")

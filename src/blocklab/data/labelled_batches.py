@@ -9,6 +9,7 @@ off would leave a label the text no longer shows).
 Like the language-model batches, a batch is a pure function of (seed, step): example p of the
 training stream is `permutation(seed, epoch)[p % N]` with p = step * batch_size + row.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -27,11 +28,11 @@ _EPOCH_ORDER = 4  # the random stream of the epoch permutations (batches.py uses
 
 @dataclass
 class Encoded:
-    ids: list[np.ndarray]   # one int64 array per example
-    labels: np.ndarray      # int64 class indices, or float32 targets (regression)
-    units: list[str]        # what max_examples keeps or drops whole: Example.group, else Example.doc
-    dropped: int = 0        # examples left out as too long (drop_long)
-    truncated: int = 0      # examples shortened to fit
+    ids: list[np.ndarray]  # one int64 array per example
+    labels: np.ndarray  # int64 class indices, or float32 targets (regression)
+    units: list[str]  # what max_examples keeps or drops whole: Example.group, else Example.doc
+    dropped: int = 0  # examples left out as too long (drop_long)
+    truncated: int = 0  # examples shortened to fit
 
     def cap(self, n: int | None, order: Callable[[str], float]) -> Encoded:
         """About n examples (at least n, and never half a unit: the two versions of a mutated function
@@ -50,8 +51,13 @@ class Encoded:
             keep.add(d)
             total += counts[d]
         index = [i for i, d in enumerate(self.units) if d in keep]
-        return Encoded([self.ids[i] for i in index], self.labels[index], [self.units[i] for i in index],
-                       self.dropped, self.truncated)
+        return Encoded(
+            [self.ids[i] for i in index],
+            self.labels[index],
+            [self.units[i] for i in index],
+            self.dropped,
+            self.truncated,
+        )
 
 
 def _fit(a: list[int], b: list[int] | None, room: int) -> tuple[list[int], list[int] | None]:
@@ -66,8 +72,9 @@ def _fit(a: list[int], b: list[int] | None, room: int) -> tuple[list[int], list[
     return a, b
 
 
-def encode_examples(tokenizer, examples: Sequence[Example], max_len: int, regression: bool,
-                    drop_long: bool = False) -> Encoded:
+def encode_examples(
+    tokenizer, examples: Sequence[Example], max_len: int, regression: bool, drop_long: bool = False
+) -> Encoded:
     """Token ids of every example (`<eod> text [<eod> pair]`, at most max_len) and its label. With
     drop_long, an example too long to fit is left out together with its group (Example.group)."""
     texts = tokenizer.encode_batch([e.text for e in examples], add_special_tokens=False)
@@ -101,7 +108,7 @@ def pad_rows(rows: Sequence[np.ndarray], length: int | None = None) -> tuple[tor
     ids = np.full((len(rows), T), PAD_ID, dtype=np.int64)
     mask = np.zeros((len(rows), T), dtype=np.int64)
     for i, r in enumerate(rows):
-        ids[i, :len(r)], mask[i, :len(r)] = r, 1
+        ids[i, : len(r)], mask[i, : len(r)] = r, 1
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 

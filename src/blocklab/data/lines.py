@@ -5,6 +5,7 @@ ends the last line rather than starting an empty one, so line N is the one a tex
 line N, the same count as the "line N: not valid UTF-8" error's. A file that cannot be read, or
 that is not UTF-8, is one UserError naming it.
 """
+
 from __future__ import annotations
 
 import sys

@@ -13,6 +13,7 @@ no source sentence) is in both splits. The pairs reach the ordinary corpus pipel
 BPE over both sides, the cache, memory-mapped token arrays) as documents alternating source and
 target, each followed by <eod>; <eod> is also the end of sentence and the decoder's start token.
 """
+
 from __future__ import annotations
 
 import re
@@ -57,8 +58,9 @@ def _unique(raw, root: str, kind: str, **counts) -> ParallelText:
             pairs.append(pair)
     if not pairs:
         raise UserError(f"{root} holds no sentence pair with text on both sides")
-    return ParallelText(kind, root, pairs, {**counts, "empty": empty, "duplicate": len(raw) - empty - len(pairs),
-                                            "kept": len(pairs)})
+    return ParallelText(
+        kind, root, pairs, {**counts, "empty": empty, "duplicate": len(raw) - empty - len(pairs), "kept": len(pairs)}
+    )
 
 
 def read_tsv(path: Path) -> ParallelText:
@@ -83,8 +85,7 @@ def _pair_of(record, src: str, tgt: str, where: str, key: str | None = None) -> 
         obj = record.get(key or "translation") if isinstance(record, dict) else None
         if not isinstance(obj, dict) or src not in obj or tgt not in obj:
             want = f'"{key}"' if key else '"src" and "tgt" fields, or a "translation"'
-            raise UserError(f'{where}: expected {want} object with "{src}" and "{tgt}" '
-                            f"(data.src_lang / data.tgt_lang)")
+            raise UserError(f'{where}: expected {want} object with "{src}" and "{tgt}" (data.src_lang / data.tgt_lang)')
         pair = obj[src], obj[tgt]
     if not all(isinstance(x, str) or x is None for x in pair):
         raise UserError(f"{where}: the source and the target must be strings")
@@ -119,10 +120,14 @@ def read_hf(cfg: DataConfig) -> ParallelText:
             raise UserError(f"data source hf:{spec} has no split {cfg.split!r} (splits: {', '.join(ds)})")
         ds = ds[cfg.split]
     if ds.column_names is not None and key not in ds.column_names:
-        raise UserError(f"data source hf:{spec} has no field {key!r} (fields: {', '.join(ds.column_names)}); "
-                        "set data.text_field to the column holding {src_lang: ..., tgt_lang: ...}")
-    raw = [_pair_of(row, cfg.src_lang, cfg.tgt_lang, f"hf:{spec} row {i}", key)
-           for i, row in enumerate(ds.select_columns([key]))]
+        raise UserError(
+            f"data source hf:{spec} has no field {key!r} (fields: {', '.join(ds.column_names)}); "
+            "set data.text_field to the column holding {src_lang: ..., tgt_lang: ...}"
+        )
+    raw = [
+        _pair_of(row, cfg.src_lang, cfg.tgt_lang, f"hf:{spec} row {i}", key)
+        for i, row in enumerate(ds.select_columns([key]))
+    ]
     if not raw:
         raise UserError(f"data source hf:{spec}: split {cfg.split!r} is empty")
     text = _unique(raw, f"hf:{spec}", "hf")
@@ -136,32 +141,39 @@ def read_parallel(cfg: DataConfig) -> ParallelText:
     if source == "gettext" or source.startswith("gettext:"):
         from blocklab.data.gettext import gettext_pairs
 
-        roots = [Path(p).expanduser() for p in source[len("gettext:"):].split(":") if p] or None
+        roots = [Path(p).expanduser() for p in source[len("gettext:") :].split(":") if p] or None
         got = gettext_pairs(cfg.src_lang, cfg.tgt_lang, roots)
         if not got.pairs:
-            raise UserError(f"the gettext catalogs for {cfg.src_lang}-{cfg.tgt_lang} hold no usable message pair "
-                            f"({len(got.catalogs)} catalogs read)")
+            raise UserError(
+                f"the gettext catalogs for {cfg.src_lang}-{cfg.tgt_lang} hold no usable message pair "
+                f"({len(got.catalogs)} catalogs read)"
+            )
         return ParallelText("gettext", source, got.pairs, got.counts)
     if source.startswith("hf:"):
         return read_hf(cfg)
     path = Path(source).expanduser()
     if not path.is_file():
-        raise UserError(f"parallel data source {source!r} does not exist; translation reads 'gettext', "
-                        "'gettext:DIR', a .tsv file, a .jsonl file or 'hf:NAME_OR_PATH'")
+        raise UserError(
+            f"parallel data source {source!r} does not exist; translation reads 'gettext', "
+            "'gettext:DIR', a .tsv file, a .jsonl file or 'hf:NAME_OR_PATH'"
+        )
     if path.suffix.lower() == ".tsv":
         return read_tsv(path)
     if path.suffix.lower() in (".jsonl", ".json"):
         return read_jsonl(path, cfg.src_lang, cfg.tgt_lang)
-    raise UserError(f"parallel data file {path} must end in .tsv (source TAB target) or .jsonl "
-                    "(src/tgt or translation objects)")
+    raise UserError(
+        f"parallel data file {path} must end in .tsv (source TAB target) or .jsonl (src/tgt or translation objects)"
+    )
 
 
 def split_pairs(pairs: list[tuple[str, str]], val_fraction: float):
     """(train, val): by the hash of the source sentence, both sides non-empty when there are two sources."""
     sources = list(dict.fromkeys(s for s, _ in pairs))
     if len(sources) < 2:
-        raise UserError(f"{len(pairs)} sentence pair(s) with {len(sources)} distinct source sentence: too few "
-                        "to split into training and validation")
+        raise UserError(
+            f"{len(pairs)} sentence pair(s) with {len(sources)} distinct source sentence: too few "
+            "to split into training and validation"
+        )
     rule = SplitRule(val_fraction, sources)
     val = [rule.is_val(s) for s, _ in pairs]
     return [p for p, v in zip(pairs, val) if not v], [p for p, v in zip(pairs, val) if v]
@@ -176,23 +188,38 @@ def pair_stream(text: ParallelText, cfg: DataConfig) -> DocStream:
             yield Document(f"{part} {i} tgt", tgt)
 
     parts = {"train": train, "val": val}
+
     def read(part):
-        return (docs(parts[part], part) if part != "all"
-                else (d for p in ("train", "val") for d in docs(parts[p], p)))
+        return docs(parts[part], part) if part != "all" else (d for p in ("train", "val") for d in docs(parts[p], p))
+
     fingerprint = text.identity or fingerprint_docs(read("all"))
     n_bytes = sum(len(s.encode()) + len(t.encode()) for s, t in text.pairs)
     settings = {"parallel": PAIRS_FORMAT, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "split": "by source"}
-    info = {"files": 2 * len(text.pairs), "bytes": n_bytes, "pairs": len(text.pairs), "pairs_train": len(train),
-            "pairs_val": len(val), "cleaning": text.counts,
-            "words_src": sum(len(s.split()) for s, _ in text.pairs),
-            "words_tgt": sum(len(t.split()) for _, t in text.pairs)}
-    return DocStream(f"parallel-{text.kind}", text.root, fingerprint, read, settings=settings, info=info,
-                     train_bytes=sum(len(s.encode()) + len(t.encode()) for s, t in train))
+    info = {
+        "files": 2 * len(text.pairs),
+        "bytes": n_bytes,
+        "pairs": len(text.pairs),
+        "pairs_train": len(train),
+        "pairs_val": len(val),
+        "cleaning": text.counts,
+        "words_src": sum(len(s.split()) for s, _ in text.pairs),
+        "words_tgt": sum(len(t.split()) for _, t in text.pairs),
+    }
+    return DocStream(
+        f"parallel-{text.kind}",
+        text.root,
+        fingerprint,
+        read,
+        settings=settings,
+        info=info,
+        train_bytes=sum(len(s.encode()) + len(t.encode()) for s, t in train),
+    )
 
 
 @dataclass
 class PairIndex:
     """Where each pair's source and target (each ending in <eod>) lie in a split's token array."""
+
     tokens: np.ndarray
     src: np.ndarray  # (n, 2) int64: [start, end) of the source ids, <eod> included
     tgt: np.ndarray
@@ -208,10 +235,10 @@ class PairIndex:
         return len(self.src)
 
     def source(self, i: int) -> np.ndarray:
-        return np.asarray(self.tokens[self.src[i, 0]:self.src[i, 1]], dtype=np.int64)
+        return np.asarray(self.tokens[self.src[i, 0] : self.src[i, 1]], dtype=np.int64)
 
     def target(self, i: int) -> np.ndarray:
-        return np.asarray(self.tokens[self.tgt[i, 0]:self.tgt[i, 1]], dtype=np.int64)
+        return np.asarray(self.tokens[self.tgt[i, 0] : self.tgt[i, 1]], dtype=np.int64)
 
 
 def unigram_loss(counts: np.ndarray, smoothing: float) -> float:
@@ -257,7 +284,9 @@ def prepare_parallel(cfg: DataConfig, log: Callable = print) -> ParallelCorpus:
     idx = np.arange(lengths.sum()) + np.repeat(train.tgt[:, 0] - (np.cumsum(lengths) - lengths), lengths)
     counts = np.bincount(np.asarray(corpus.train)[idx], minlength=corpus.vocab_size)
     c = text.counts
-    log(f"data: {len(text.pairs):,} {cfg.src_lang}-{cfg.tgt_lang} pairs ({len(train):,} train / {len(val):,} val), "
+    log(
+        f"data: {len(text.pairs):,} {cfg.src_lang}-{cfg.tgt_lang} pairs ({len(train):,} train / {len(val):,} val), "
         f"{stream.info['words_src']:,} + {stream.info['words_tgt']:,} words; dropped: "
-        + ", ".join(f"{v:,} {k}" for k, v in c.items() if k not in ("kept", "messages", "catalogs") and v))
+        + ", ".join(f"{v:,} {k}" for k, v in c.items() if k not in ("kept", "messages", "catalogs") and v)
+    )
     return ParallelCorpus(corpus, train, val, counts)

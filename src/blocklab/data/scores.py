@@ -12,6 +12,7 @@ class (or one number) everywhere is an ordinary early-training result, not an er
   already returns for Matthews;
 - F1 with no positive label and no positive prediction is 0.0 (`zero_division=0.0`).
 """
+
 from __future__ import annotations
 
 import math
@@ -85,8 +86,10 @@ def score(metric: str, predictions: Sequence, labels: Sequence) -> dict[str, flo
     check_metric(metric)
     pred, gold = np.asarray(predictions), np.asarray(labels)
     if pred.shape != gold.shape or pred.ndim != 1:
-        raise ValueError(f"score({metric!r}): predictions {pred.shape} and labels {gold.shape} "
-                         "must be two 1-D sequences of the same length")
+        raise ValueError(
+            f"score({metric!r}): predictions {pred.shape} and labels {gold.shape} "
+            "must be two 1-D sequences of the same length"
+        )
     if len(gold) == 0:
         raise ValueError(f"score({metric!r}): no labels to score")
     if metric == "accuracy":

@@ -70,10 +70,20 @@ def _load_jsonl(path: Path, field: str = "text") -> LoadedCorpus:
 def _memory_stream(loaded: LoadedCorpus, val_fraction: float) -> DocStream:
     train, val = split_documents(loaded.docs, val_fraction)
     parts = {"train": train, "val": val, "all": loaded.docs}
-    info = {"files": len(loaded.docs), "bytes": sum(len(d.text.encode("utf-8")) for d in loaded.docs),
-            "skipped_files": loaded.skipped, "empty_files": loaded.empty}
-    return DocStream(loaded.kind, loaded.root, fingerprint_docs(loaded.docs), lambda part: iter(parts[part]),
-                     info=info, train_bytes=sum(len(d.text.encode("utf-8")) for d in train))
+    info = {
+        "files": len(loaded.docs),
+        "bytes": sum(len(d.text.encode("utf-8")) for d in loaded.docs),
+        "skipped_files": loaded.skipped,
+        "empty_files": loaded.empty,
+    }
+    return DocStream(
+        loaded.kind,
+        loaded.root,
+        fingerprint_docs(loaded.docs),
+        lambda part: iter(parts[part]),
+        info=info,
+        train_bytes=sum(len(d.text.encode("utf-8")) for d in train),
+    )
 
 
 def open_stream(cfg: DataConfig, log: Callable = print) -> DocStream:
@@ -107,8 +117,9 @@ def _cut_if_single(stream: DocStream, val_fraction: float) -> DocStream:
     if stream.info.get("files") != 1:
         return stream
     info = stream.info
-    loaded = LoadedCorpus(stream.kind, stream.root, list(stream.docs("all")), info.get("skipped_files", 0),
-                          info.get("empty_files", 0))
+    loaded = LoadedCorpus(
+        stream.kind, stream.root, list(stream.docs("all")), info.get("skipped_files", 0), info.get("empty_files", 0)
+    )
     cut = _memory_stream(loaded, val_fraction)
     cut.info, cut.settings = {**info, **cut.info}, stream.settings
     return cut
@@ -119,11 +130,13 @@ def load_corpus(cfg: DataConfig, log: Callable = print) -> LoadedCorpus:
     small corpora; prepare() streams instead)."""
     stream = open_stream(cfg, log)
     docs = list(stream.docs("all"))
-    return LoadedCorpus(stream.kind, stream.root, docs, stream.info.get("skipped_files", 0),
-                        stream.info.get("empty_files", 0))
+    return LoadedCorpus(
+        stream.kind, stream.root, docs, stream.info.get("skipped_files", 0), stream.info.get("empty_files", 0)
+    )
 
 
 # --- split ---------------------------------------------------------------------------
+
 
 def _cut_single(doc: Document, val_fraction: float) -> tuple[list[Document], list[Document]]:
     """A one-document corpus (a single text file) cannot be split by file: keep its

@@ -8,6 +8,7 @@
   warm-up's, and Pre-LN without warm-up is within tolerance of Pre-LN with it; `inconclusive` when any of these
   groups has its best at the grid's edge (the grid did not bracket it).
 """
+
 from __future__ import annotations
 
 from blocklab.registry import REGISTRY
@@ -46,8 +47,11 @@ def _he(exp: str, result: dict, groups: dict) -> list[dict]:
             continue
         g, c = result["groups"][name], result["comparisons"].get(name, {})
         fewer = g["n_params"] is not None and r["n_params"] is not None and g["n_params"] < r["n_params"]
-        failed = [x["label"] for x in (r, g) if x["mean"] is not None and x["mean"] >= result["cap"]] \
-            if result["cap"] is not None else []
+        failed = (
+            [x["label"] for x in (r, g) if x["mean"] is not None and x["mean"] >= result["cap"]]
+            if result["cap"] is not None
+            else []
+        )
         edge = [x["label"] for x in (r, g) if x.get("best_at_edge")]
         if failed or edge:
             status = "inconclusive"
@@ -57,12 +61,17 @@ def _he(exp: str, result: dict, groups: dict) -> list[dict]:
             status = "holds"
         else:
             status = "inconclusive"
-        params = (f"{g['n_params']:,} parameters against {r['n_params']:,} ({g['n_params'] / r['n_params'] - 1:+.0%})"
-                  if g["n_params"] and r["n_params"] else "parameter counts unknown")
+        params = (
+            f"{g['n_params']:,} parameters against {r['n_params']:,} ({g['n_params'] / r['n_params'] - 1:+.0%})"
+            if g["n_params"] and r["n_params"]
+            else "parameter counts unknown"
+        )
         if c.get("ci95") is not None:
-            diff = (f"difference {c['difference']:+.3f} nats, 95% interval {c['ci95'][0]:+.3f}..{c['ci95'][1]:+.3f} "
-                    f"({c['n'][0]} vs {c['n'][1]} seeds, each at its own best), corrected p = {c['p_holm']:.2g}, "
-                    f"{c['verdict']}")
+            diff = (
+                f"difference {c['difference']:+.3f} nats, 95% interval {c['ci95'][0]:+.3f}..{c['ci95'][1]:+.3f} "
+                f"({c['n'][0]} vs {c['n'][1]} seeds, each at its own best), corrected p = {c['p_holm']:.2g}, "
+                f"{c['verdict']}"
+            )
         else:
             diff = f"{c.get('verdict', 'no comparison')}: fewer than two seeds on a side, no interval"
         speed = ""
@@ -73,10 +82,16 @@ def _he(exp: str, result: dict, groups: dict) -> list[dict]:
             diff = f"{' and '.join(failed)} scored the cap (trained no better than the unigram model): {diff}"
         elif edge:
             diff = f"best learning rate at the grid's edge for {' and '.join(edge)} (the grid is too narrow): {diff}"
-        out.append({"paper": HE, "experiment": exp, "group": name,
-                    "claim": f"{g['label']} trains as fast per step as Pre-LN, with fewer parameters",
-                    "status": status,
-                    "why": f"{diff}; tolerance +{tol:g}; {params}{speed}."})
+        out.append(
+            {
+                "paper": HE,
+                "experiment": exp,
+                "group": name,
+                "claim": f"{g['label']} trains as fast per step as Pre-LN, with fewer parameters",
+                "status": status,
+                "why": f"{diff}; tolerance +{tol:g}; {params}{speed}.",
+            }
+        )
     return out
 
 
@@ -84,8 +99,12 @@ def _xiong(exp: str, result: dict, groups: dict) -> list[dict]:
     def find(block, warm):
         return next((n for n, (b, w) in groups.items() if b == block and (w == 0) != warm), None)
 
-    names = {"post0": find("post-ln", False), "post": find("post-ln", True), "pre0": find("pre-ln", False),
-             "pre": find("pre-ln", True)}
+    names = {
+        "post0": find("post-ln", False),
+        "post": find("post-ln", True),
+        "pre0": find("pre-ln", False),
+        "pre": find("pre-ln", True),
+    }
     if None in names.values() or result["tuned"] != "train.lr":
         return []
     g = {k: result["groups"][n] for k, n in names.items()}
@@ -93,10 +112,16 @@ def _xiong(exp: str, result: dict, groups: dict) -> list[dict]:
     text = ", ".join(f"{g[k]['label']} {_fmt_range(tr[k])}" for k in ("post0", "post", "pre0", "pre"))
     edge = [g[k]["label"] for k in g if g[k]["best_at_edge"]]
     if edge:
-        return [{"paper": XIONG, "experiment": exp, "status": "inconclusive",
-                 "claim": "Without warm-up Post-LN's usable learning rates end lower; Pre-LN's do not",
-                 "why": f"best learning rate at the grid's edge for {', '.join(edge)}: the grid does not bracket "
-                        f"it. Trainable ranges: {text}."}]
+        return [
+            {
+                "paper": XIONG,
+                "experiment": exp,
+                "status": "inconclusive",
+                "claim": "Without warm-up Post-LN's usable learning rates end lower; Pre-LN's do not",
+                "why": f"best learning rate at the grid's edge for {', '.join(edge)}: the grid does not bracket "
+                f"it. Trainable ranges: {text}.",
+            }
+        ]
 
     def high(k):
         return -float("inf") if tr[k] is None else tr[k][1]
@@ -105,14 +130,23 @@ def _xiong(exp: str, result: dict, groups: dict) -> list[dict]:
     tol = result["tolerance"]
     known = g["pre0"]["mean"] is not None and g["pre"]["mean"] is not None
     close = known and abs(g["pre0"]["mean"] - g["pre"]["mean"]) <= tol
-    gap = (f"Pre-LN without warm-up {g['pre0']['mean']:.3f} against {g['pre']['mean']:.3f} with it, "
-           f"{g['pre0']['mean'] - g['pre']['mean']:+.3f} ({'within' if close else 'beyond'} the tolerance {tol:g})"
-           if known else "Pre-LN's means unknown")
-    return [{"paper": XIONG, "experiment": exp, "status": "holds" if lower and close else "does not hold",
-             "claim": "Without warm-up Post-LN's usable learning rates end lower; Pre-LN's do not",
-             "why": f"trainable learning rates (every tuning seed completed and at least {tol:g} below the cap): "
-                    f"{text}, so Post-LN's range without warm-up {'ends' if lower else 'does not end'} below both "
-                    f"others; {gap}."}]
+    gap = (
+        f"Pre-LN without warm-up {g['pre0']['mean']:.3f} against {g['pre']['mean']:.3f} with it, "
+        f"{g['pre0']['mean'] - g['pre']['mean']:+.3f} ({'within' if close else 'beyond'} the tolerance {tol:g})"
+        if known
+        else "Pre-LN's means unknown"
+    )
+    return [
+        {
+            "paper": XIONG,
+            "experiment": exp,
+            "status": "holds" if lower and close else "does not hold",
+            "claim": "Without warm-up Post-LN's usable learning rates end lower; Pre-LN's do not",
+            "why": f"trainable learning rates (every tuning seed completed and at least {tol:g} below the cap): "
+            f"{text}, so Post-LN's range without warm-up {'ends' if lower else 'does not end'} below both "
+            f"others; {gap}.",
+        }
+    ]
 
 
 def claims(experiments: dict, sweep) -> list[dict]:

@@ -11,6 +11,7 @@ pre-training (`steps`, Xiong et al.'s Fig. 4). Results land in DIR/finetune/RUN/
   "data.max_examples" = 2000                      # optional dotted overrides of the fine-tuning runs
   keep_checkpoints = false                        # the fine-tuned classifiers' checkpoints (default: deleted)
 """
+
 from __future__ import annotations
 
 import json
@@ -34,13 +35,23 @@ class FinetuneStage:
 
     def to_json(self) -> dict:
         flat = {f"{s}.{k}": v for s, values in self.overrides.items() for k, v in values.items()}
-        return {"tasks": self.tasks, "seeds": self.seeds, "epochs": self.epochs, "steps": self.steps,
-                "keep_checkpoints": self.keep_checkpoints, **flat}
+        return {
+            "tasks": self.tasks,
+            "seeds": self.seeds,
+            "epochs": self.epochs,
+            "steps": self.steps,
+            "keep_checkpoints": self.keep_checkpoints,
+            **flat,
+        }
 
 
 def _ints(name: str, value, lo: int) -> list[int]:
-    if (not isinstance(value, list) or not value or len(set(value)) != len(value)
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= lo for x in value)):
+    if (
+        not isinstance(value, list)
+        or not value
+        or len(set(value)) != len(value)
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= lo for x in value)
+    ):
         raise UserError(f"finetune.{name} = {value!r} is not valid; give a list of distinct integers >= {lo}")
     return list(value)
 
@@ -62,15 +73,15 @@ def parse_stage(spec: dict | None) -> FinetuneStage | None:
             continue
         section, _, name = key.partition(".")
         if section not in ("train", "data", "model") or not name:
-            raise UserError(f"unknown finetune field {key!r}; valid: {', '.join(sorted(FIELDS))} and "
-                            "dotted train./data. overrides")
+            raise UserError(
+                f"unknown finetune field {key!r}; valid: {', '.join(sorted(FIELDS))} and dotted train./data. overrides"
+            )
         overrides.setdefault(section, {})[name] = value
     steps = _ints("steps", spec["steps"], 1) if spec.get("steps") is not None else None
     keep = spec.get("keep_checkpoints", False)
     if not isinstance(keep, bool):
         raise UserError(f"finetune.keep_checkpoints = {keep!r} is not valid; give true or false")
-    return FinetuneStage(list(tasks), _ints("seeds", spec.get("seeds", [0]), 0), float(epochs), steps, overrides,
-                         keep)
+    return FinetuneStage(list(tasks), _ints("seeds", spec.get("seeds", [0]), 0), float(epochs), steps, overrides, keep)
 
 
 def stage_dir(out: Path, run: str, task: str, step: int | None) -> Path:
@@ -96,8 +107,18 @@ def run_finetunes(stage: FinetuneStage, runs, out: Path, progress=None, log=prin
                     results[(run.name, step, task)] = _skipped(where, run_dir, task, step, log)
                     continue
                 log(f"fine-tuning {run.label}" + (f" at step {step}" if step else "") + f" on {task}")
-                result = finetune(run_dir, task, where, stage.seeds, step, stage.epochs, stage.overrides,
-                                  progress, log, keep_checkpoints=stage.keep_checkpoints)
+                result = finetune(
+                    run_dir,
+                    task,
+                    where,
+                    stage.seeds,
+                    step,
+                    stage.epochs,
+                    stage.overrides,
+                    progress,
+                    log,
+                    keep_checkpoints=stage.keep_checkpoints,
+                )
                 results[(run.name, step, task)] = result
                 if result["status"] == "interrupted":
                     return {"status": "interrupted", "results": results}
@@ -113,7 +134,18 @@ def _skipped(where: Path, run_dir: Path, task: str, step: int | None, log) -> di
         why += f" at step {summary['diverged_step']}"
     reason = f"no checkpoint{'' if step is None else f' of step {step}'}: {why}"
     log(f"not fine-tuning {run_dir.name} on {task}: {reason}")
-    result = {"task": task, "status": "skipped", "reason": reason, "init_step": step, "seeds": [], "scores": [],
-              "statuses": [], "mean": None, "sd": None, "failed": 0, "majority_baseline": None}
+    result = {
+        "task": task,
+        "status": "skipped",
+        "reason": reason,
+        "init_step": step,
+        "seeds": [],
+        "scores": [],
+        "statuses": [],
+        "mean": None,
+        "sd": None,
+        "failed": 0,
+        "majority_baseline": None,
+    }
     write_atomic(where / "finetune.json", json.dumps(result, indent=2) + "\n")
     return result

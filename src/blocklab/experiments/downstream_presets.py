@@ -12,6 +12,7 @@ validation loss against steps, and the downstream score of checkpoints taken alo
 fine-tune on MRPC and RTE; here two code tasks). Their claim: Pre-LN reaches Post-LN's quality about
 40% sooner.
 """
+
 from __future__ import annotations
 
 CODE_TASKS = ["exception-type", "variable-misuse", "wrong-operator", "swapped-operand", "docstring-mismatch"]
@@ -40,11 +41,11 @@ _HE_RUNS = [
 HE_BERT = {
     "name": "he-bert",
     "description": "He & Hofmann (2024) Table 1 at CPU scale: six blocks pre-trained as masked LMs on the Python "
-                   "standard library at equal steps (4 layers, d=128, beta_FF 0.05, AdamW, each block at its own best "
-                   "lr of 3e-4/1e-3/3e-3, two seeds), then each fine-tuned on the five CuBERT code tasks (3 epochs, "
-                   "at most 1,000 examples each, 3 seeds).",
+    "standard library at equal steps (4 layers, d=128, beta_FF 0.05, AdamW, each block at its own best "
+    "lr of 3e-4/1e-3/3e-3, two seeds), then each fine-tuned on the five CuBERT code tasks (3 epochs, "
+    "at most 1,000 examples each, 3 seeds).",
     "expected_cost": "30 pre-training runs of 600 steps (about 4 minutes each) and 180 fine-tuning runs of about "
-                     "100 steps (about 25 s each): about 3.5 hours on 2 idle CPU cores",
+    "100 steps (about 25 s each): about 3.5 hours on 2 idle CPU cores",
     "seeds": [0, 1],
     "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},
     "target_run": "pre-ln",
@@ -52,8 +53,16 @@ HE_BERT = {
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"task": "mlm", "d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
-        "train": {"steps": 600, "batch_size": 32, "weight_decay": 0.1, "log_every": 10,
-                  "eval_every": 100, "eval_batches": 8, "checkpoint_every": 600, "stall_patience": 0},
+        "train": {
+            "steps": 600,
+            "batch_size": 32,
+            "weight_decay": 0.1,
+            "log_every": 10,
+            "eval_every": 100,
+            "eval_batches": 8,
+            "checkpoint_every": 600,
+            "stall_patience": 0,
+        },
     },
     "runs": _HE_RUNS,
     "finetune": {"tasks": CODE_TASKS, "seeds": [0, 1, 2], "epochs": 3, "data.max_examples": 1000},
@@ -62,12 +71,12 @@ HE_BERT = {
 HE_BERT_GPU = {
     "name": "he-bert-gpu",
     "description": "He & Hofmann (2024) Table 1 on a GPU: crammed-BERT-sized encoders (16 layers, d=768, 12 heads, "
-                   "MLP 3072, T=128) pre-trained on the whole Python environment, bf16, beta_FF 0.05, then fine-tuned "
-                   "on the five code tasks for 5 epochs, 3 seeds (their fine-tuning recipe's length); each block at its "
-                   "own best lr of 3e-4/1e-3/3e-3, two pre-training seeds.",
+    "MLP 3072, T=128) pre-trained on the whole Python environment, bf16, beta_FF 0.05, then fine-tuned "
+    "on the five code tasks for 5 epochs, 3 seeds (their fine-tuning recipe's length); each block at its "
+    "own best lr of 3e-4/1e-3/3e-3, two pre-training seeds.",
     "expected_cost": "30 pre-training runs; each 20k steps x 256 x 128 = 655M tokens, about 4e17 FLOPs: roughly 20 "
-                     "minutes on one H100 at 40% bf16 utilisation (an estimate from the FLOP count, not a "
-                     "measurement), then 180 fine-tuning runs (12 encoders x 5 tasks x 3 seeds) of a few minutes each",
+    "minutes on one H100 at 40% bf16 utilisation (an estimate from the FLOP count, not a "
+    "measurement), then 180 fine-tuning runs (12 encoders x 5 tasks x 3 seeds) of a few minutes each",
     "seeds": [0, 1],
     "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},
     "target_run": "pre-ln",
@@ -75,29 +84,51 @@ HE_BERT_GPU = {
     "base": {
         "data": {"source": "python", "vocab_size": 32768, "seq_len": 128},
         "model": {"task": "mlm", "d_model": 768, "n_layers": 16, "n_heads": 12, "d_ff": 3072},
-        "train": {"steps": 20000, "batch_size": 256, "weight_decay": 0.01, "precision": "bf16",
-                  "compile": True, "log_every": 50, "eval_every": 1000, "checkpoint_every": 2000,
-                  "stall_patience": 0},
+        "train": {
+            "steps": 20000,
+            "batch_size": 256,
+            "weight_decay": 0.01,
+            "precision": "bf16",
+            "compile": True,
+            "log_every": 50,
+            "eval_every": 1000,
+            "checkpoint_every": 2000,
+            "stall_patience": 0,
+        },
     },
     "runs": _HE_RUNS,
-    "finetune": {"tasks": CODE_TASKS, "seeds": [0, 1, 2], "epochs": 5, "data.max_examples": 20000,
-                 "train.batch_size": 32},
+    "finetune": {
+        "tasks": CODE_TASKS,
+        "seeds": [0, 1, 2],
+        "epochs": 5,
+        "data.max_examples": 20000,
+        "train.batch_size": 32,
+    },
 }
 
 # BERT's own recipe for both (LayerNorm, normal init, Adam with decoupled weight decay 0.01, linear
 # decay), Post-LN with a 10% warm-up and without, Pre-LN without warm-up; each at its own best rate of
 # a grid around BERT's 1e-4 and Xiong's 3e-4.
-_XIONG_BERT_TRAIN = {"steps": 800, "batch_size": 32, "weight_decay": 0.01, "beta2": 0.999, "log_every": 10,
-                     "eval_every": 100, "eval_batches": 8, "checkpoint_every": 200, "keep_checkpoints": 0,
-                     "stall_patience": 0}
+_XIONG_BERT_TRAIN = {
+    "steps": 800,
+    "batch_size": 32,
+    "weight_decay": 0.01,
+    "beta2": 0.999,
+    "log_every": 10,
+    "eval_every": 100,
+    "eval_batches": 8,
+    "checkpoint_every": 200,
+    "keep_checkpoints": 0,
+    "stall_patience": 0,
+}
 XIONG_BERT = {
     "name": "xiong-bert",
     "description": "Xiong et al. (2020) Fig. 4 at CPU scale: masked-LM pre-training (6 layers, d=128, LayerNorm) of "
-                   "Post-LN with a 10% warm-up, Post-LN without, and Pre-LN without warm-up, each at its own best lr "
-                   "of 1e-4/3e-4/1e-3, two seeds, linear decay; the checkpoints of steps 200/400/600/800 fine-tuned "
-                   "on two code tasks, 2 seeds.",
+    "Post-LN with a 10% warm-up, Post-LN without, and Pre-LN without warm-up, each at its own best lr "
+    "of 1e-4/3e-4/1e-3, two seeds, linear decay; the checkpoints of steps 200/400/600/800 fine-tuned "
+    "on two code tasks, 2 seeds.",
     "expected_cost": "15 pre-training runs of 800 steps (about 7 minutes each) and 96 fine-tuning runs of about 100 "
-                     "steps (about 25 s each): about 2.5 hours on 2 idle CPU cores",
+    "steps (about 25 s each): about 2.5 hours on 2 idle CPU cores",
     "seeds": [0, 1],
     "tune": {"key": "train.lr", "values": [1e-4, 3e-4, 1e-3]},
     "target_run": "post-ln_warmup",
@@ -107,11 +138,15 @@ XIONG_BERT = {
         "train": _XIONG_BERT_TRAIN,
     },
     "runs": [
-        {"name": "post-ln_warmup", "label": "Post-LN, warm-up 80", "model.block": "post-ln",
-         "train.warmup_steps": 80},
+        {"name": "post-ln_warmup", "label": "Post-LN, warm-up 80", "model.block": "post-ln", "train.warmup_steps": 80},
         {"name": "post-ln_wu0", "label": "Post-LN, no warm-up", "model.block": "post-ln", "train.warmup_steps": 0},
         {"name": "pre-ln_wu0", "label": "Pre-LN, no warm-up", "model.block": "pre-ln", "train.warmup_steps": 0},
     ],
-    "finetune": {"tasks": ["variable-misuse", "docstring-mismatch"], "seeds": [0, 1], "epochs": 3,
-                 "steps": [200, 400, 600, 800], "data.max_examples": 1000},
+    "finetune": {
+        "tasks": ["variable-misuse", "docstring-mismatch"],
+        "seeds": [0, 1],
+        "epochs": 3,
+        "steps": [200, 400, 600, 800],
+        "data.max_examples": 1000,
+    },
 }

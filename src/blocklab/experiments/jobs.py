@@ -6,6 +6,7 @@ thread pool and its own signal handlers, so a Ctrl-C reaches every run, each sav
 `interrupted`, and the same command resumes them. Small models on few cores gain from this because one run
 cannot keep several cores busy with matrices this small (measured in benchmarks/RESULTS.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -104,8 +105,12 @@ def run_many(tasks: list[tuple], jobs: int, log=print, progress=None, on_done=No
 
         for run, run_dir, resume, head in tasks:
             log(f"{head}: {'resuming' if resume else 'training'} ({run.config.train.steps} steps)")
-            summary = record_threads(run_dir, train(run.config, run_dir, resume=resume, progress=progress, log=log),
-                                     torch.get_num_threads(), 1)
+            summary = record_threads(
+                run_dir,
+                train(run.config, run_dir, resume=resume, progress=progress, log=log),
+                torch.get_num_threads(),
+                1,
+            )
             results[run.name] = summary
             (on_done or (lambda *a: None))(run, head, summary)
             if summary["status"] == "interrupted":
@@ -126,8 +131,7 @@ def _run_parallel(tasks, jobs, log, on_done, results) -> tuple[str, dict]:
     status = "completed"
     pending = list(tasks)
     log(f"{len(tasks)} runs, {jobs} at a time ({'one GPU each' if devices else f'{threads} thread(s) each'})")
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker,
-                             initargs=(threads, devices, slot)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(threads, devices, slot)) as pool:
         running = {}
 
         def submit():

@@ -1,4 +1,5 @@
 """Built-in sweeps. Each is the dict form of a SWEEP.toml: base run config, grid, extra runs, probes."""
+
 from __future__ import annotations
 
 from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_BERT
@@ -21,52 +22,106 @@ from blocklab.experiments.zoo_presets import DEPTH, ZOO, ZOO_GPU
 # runs train to the end and a failure is a final loss at the cap. Post-LN's failures in Xiong's setting are
 # stalls from the start, which the rule ends early.
 HE_QUICK = {"train.stall_patience": 0}
-XIONG_QUICK = {"model.n_layers": 6, "model.init": "xavier", "model.norm": "layernorm", "train.optimizer": "adam",
-               "train.schedule": "inv_sqrt", "train.inv_sqrt_scale": 30, "train.warmup_steps": 30,
-               "train.beta2": 0.98, "train.weight_decay": 0.0, "train.grad_clip": 0.0, "train.stall_patience": 75}
+XIONG_QUICK = {
+    "model.n_layers": 6,
+    "model.init": "xavier",
+    "model.norm": "layernorm",
+    "train.optimizer": "adam",
+    "train.schedule": "inv_sqrt",
+    "train.inv_sqrt_scale": 30,
+    "train.warmup_steps": 30,
+    "train.beta2": 0.98,
+    "train.weight_decay": 0.0,
+    "train.grad_clip": 0.0,
+    "train.stall_patience": 75,
+}
 QUICK = {
     "name": "quick",
     "description": "Each block at its own best learning rate (one tuning seed), then three final seeds there, "
-                   "with 95% intervals and Holm-corrected Welch tests; 150 steps at d=64. He & Hofmann: SAS-P "
-                   "against Pre-LN, causal LM on the Python standard library, AdamW with 5% warm-up and linear "
-                   "decay, rates 1e-3..1e-1. Xiong et al.: Post-LN and Pre-LN with a 30-step warm-up and without, "
-                   "in their setting (Xavier init, LayerNorm, Adam, inverse-square-root decay, 6 layers), rates "
-                   "3e-4..3e-2.",
+    "with 95% intervals and Holm-corrected Welch tests; 150 steps at d=64. He & Hofmann: SAS-P "
+    "against Pre-LN, causal LM on the Python standard library, AdamW with 5% warm-up and linear "
+    "decay, rates 1e-3..1e-1. Xiong et al.: Post-LN and Pre-LN with a 30-step warm-up and without, "
+    "in their setting (Xavier init, LayerNorm, Adam, inverse-square-root decay, 6 layers), rates "
+    "3e-4..3e-2.",
     "expected_cost": "48 runs of 150 steps (stalled runs end early), 2 at a time: about 5 minutes of training on 2 "
-                     "idle CPU cores (30 tuning runs, then 18 final ones)",
+    "idle CPU cores (30 tuning runs, then 18 final ones)",
     "experiments": {
-        "he": {"title": "He & Hofmann: SAS-P against Pre-LN, each at its own best rate",
-               "description": "Pre-LN and SAS-P in He & Hofmann's recipe (normal init, RMSNorm, AdamW, 5% warm-up "
-                              "then linear decay), learning rate tuned per block.",
-               "target_run": "pre-ln", "tune": {"key": "train.lr", "values": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]}},
-        "xiong": {"title": "Xiong et al.: warm-up and the range of usable learning rates",
-                  "description": "Post-LN and Pre-LN with a 30-step warm-up and without, in Xiong et al.'s setting "
-                                 "(Xavier init, LayerNorm, Adam, inverse-square-root decay, 6 layers), learning "
-                                 "rate tuned per group.",
-                  "target_run": "xiong_pre-ln",
-                  "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]}},
+        "he": {
+            "title": "He & Hofmann: SAS-P against Pre-LN, each at its own best rate",
+            "description": "Pre-LN and SAS-P in He & Hofmann's recipe (normal init, RMSNorm, AdamW, 5% warm-up "
+            "then linear decay), learning rate tuned per block.",
+            "target_run": "pre-ln",
+            "tune": {"key": "train.lr", "values": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]},
+        },
+        "xiong": {
+            "title": "Xiong et al.: warm-up and the range of usable learning rates",
+            "description": "Post-LN and Pre-LN with a 30-step warm-up and without, in Xiong et al.'s setting "
+            "(Xavier init, LayerNorm, Adam, inverse-square-root decay, 6 layers), learning "
+            "rate tuned per group.",
+            "target_run": "xiong_pre-ln",
+            "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]},
+        },
     },
     "seeds": [0, 1, 2],
     "base": {
         "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
         "model": {"d_model": 64, "n_layers": 4, "n_heads": 4, "d_ff": 256},
-        "train": {"steps": 150, "batch_size": 16, "weight_decay": 0.1, "log_every": 5, "eval_every": 150,
-                  "eval_batches": 32, "checkpoint_every": 150},
+        "train": {
+            "steps": 150,
+            "batch_size": 16,
+            "weight_decay": 0.1,
+            "log_every": 5,
+            "eval_every": 150,
+            "eval_batches": 32,
+            "checkpoint_every": 150,
+        },
     },
     "runs": [
         {"name": "pre-ln", "label": "Pre-LN", "model.block": "pre-ln", **HE_QUICK, "experiment": "he"},
         {"name": "sas-p", "label": "SAS-P", "model.block": "sas-p", **HE_QUICK, "experiment": "he"},
-        {"name": "xiong_post-ln", "label": "Post-LN, warm-up 30 (Xiong)", "model.block": "post-ln", **XIONG_QUICK,
-         "experiment": "xiong"},
-        {"name": "xiong_post-ln_wu0", "label": "Post-LN, no warm-up (Xiong)", "model.block": "post-ln",
-         **XIONG_QUICK, "train.warmup_steps": 0, "experiment": "xiong"},
-        {"name": "xiong_pre-ln", "label": "Pre-LN, warm-up 30 (Xiong)", "model.block": "pre-ln", **XIONG_QUICK,
-         "experiment": "xiong"},
-        {"name": "xiong_pre-ln_wu0", "label": "Pre-LN, no warm-up (Xiong)", "model.block": "pre-ln",
-         **XIONG_QUICK, "train.warmup_steps": 0, "experiment": "xiong"},
+        {
+            "name": "xiong_post-ln",
+            "label": "Post-LN, warm-up 30 (Xiong)",
+            "model.block": "post-ln",
+            **XIONG_QUICK,
+            "experiment": "xiong",
+        },
+        {
+            "name": "xiong_post-ln_wu0",
+            "label": "Post-LN, no warm-up (Xiong)",
+            "model.block": "post-ln",
+            **XIONG_QUICK,
+            "train.warmup_steps": 0,
+            "experiment": "xiong",
+        },
+        {
+            "name": "xiong_pre-ln",
+            "label": "Pre-LN, warm-up 30 (Xiong)",
+            "model.block": "pre-ln",
+            **XIONG_QUICK,
+            "experiment": "xiong",
+        },
+        {
+            "name": "xiong_pre-ln_wu0",
+            "label": "Pre-LN, no warm-up (Xiong)",
+            "model.block": "pre-ln",
+            **XIONG_QUICK,
+            "train.warmup_steps": 0,
+            "experiment": "xiong",
+        },
     ],
-    "probes": {"blocks": "post-ln,pre-ln,sas,sas-p", "depths": "2,4,8,16", "d-model": 64, "n-heads": 4,
-               "d-ff": 256, "seq-len": 64, "batch-size": 8, "vocab-size": 1024, "seeds": 2, "batches": 1},
+    "probes": {
+        "blocks": "post-ln,pre-ln,sas,sas-p",
+        "depths": "2,4,8,16",
+        "d-model": 64,
+        "n-heads": 4,
+        "d-ff": 256,
+        "seq-len": 64,
+        "batch-size": 8,
+        "vocab-size": 1024,
+        "seeds": 2,
+        "batches": 1,
+    },
 }
 
 # Xiong et al. Section 3.2 (Fig. 2): Post-LN vs Pre-LN, Adam and SGD, warm-up {0, 500, 4000} then
@@ -77,18 +132,30 @@ QUICK = {
 XIONG_WARMUP = {
     "name": "xiong-warmup",
     "description": "Xiong et al. (2020) Fig. 2 at CPU scale: Post-LN vs Pre-LN, 6 layers, d=128, with Adam and with "
-                   "SGD (the paper's two optimizers, two experiments), warm-up 0/12/100 of 300 steps, then "
-                   "inverse-square-root decay from step 100 for every run (without warm-up the rate starts at "
-                   "lr_max); each group at its own best rate (Adam 2.5e-4..2e-3, SGD 2e-4..2.5e-2), two seeds.",
+    "SGD (the paper's two optimizers, two experiments), warm-up 0/12/100 of 300 steps, then "
+    "inverse-square-root decay from step 100 for every run (without warm-up the rate starts at "
+    "lr_max); each group at its own best rate (Adam 2.5e-4..2e-3, SGD 2e-4..2.5e-2), two seeds.",
     "expected_cost": "72 runs of 300 steps (stalled runs end early): about 90 minutes on 2 idle CPU cores (an "
-                     "estimate: the untuned sweep's 24 runs took 30 minutes)",
+    "estimate: the untuned sweep's 24 runs took 30 minutes)",
     "seeds": [0, 1],
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"d_model": 128, "n_layers": 6, "n_heads": 4, "d_ff": 512, "norm": "layernorm", "init": "xavier"},
-        "train": {"steps": 300, "batch_size": 16, "optimizer": "adam", "schedule": "inv_sqrt", "inv_sqrt_scale": 100,
-                  "weight_decay": 0.0, "beta2": 0.98, "grad_clip": 0.0, "log_every": 1, "eval_every": 300,
-                  "eval_batches": 8, "checkpoint_every": 1000, "stall_patience": 50},
+        "train": {
+            "steps": 300,
+            "batch_size": 16,
+            "optimizer": "adam",
+            "schedule": "inv_sqrt",
+            "inv_sqrt_scale": 100,
+            "weight_decay": 0.0,
+            "beta2": 0.98,
+            "grad_clip": 0.0,
+            "log_every": 1,
+            "eval_every": 300,
+            "eval_batches": 8,
+            "checkpoint_every": 1000,
+            "stall_patience": 50,
+        },
     },
     **xiong_arms(["post-ln", "pre-ln"], [0, 12, 100], XIONG_ADAM_LRS, XIONG_SGD_LRS),
 }
@@ -98,19 +165,27 @@ XIONG_WARMUP = {
 HE_CODEPARROT = {
     "name": "he-codeparrot",
     "description": "He & Hofmann (2024) CodeParrot setting: 18 layers, d=768, 12 heads, MLP 3072, T=128, "
-                   "batch 128, AdamW (each block at its own best of lr 3e-4/1e-3/3e-3; the paper's 1e-3), weight "
-                   "decay 0.1, 5% warm-up then linear decay, bf16, two final seeds.",
+    "batch 128, AdamW (each block at its own best of lr 3e-4/1e-3/3e-3; the paper's 1e-3), weight "
+    "decay 0.1, 5% warm-up then linear decay, bf16, two final seeds.",
     "expected_cost": "25 runs; per run 40k steps x 128 x 128 = 655M tokens, about 6.5e17 FLOPs: roughly 30 minutes "
-                     "on one H100 at 40% bf16 utilisation (estimate from the FLOP count, not a measurement); days "
-                     "on a CPU",
+    "on one H100 at 40% bf16 utilisation (estimate from the FLOP count, not a measurement); days "
+    "on a CPU",
     "base": {
         # The whole Python environment (about 10x the stdlib): one pass covers far more steps.
         # For the paper's corpus: --data.source hf:codeparrot/codeparrot-clean --data.text_field content
         # --data.streaming true (needs the network; --data.split train).
         "data": {"source": "python", "vocab_size": 50000, "seq_len": 128},
         "model": {"d_model": 768, "n_layers": 18, "n_heads": 12, "d_ff": 3072, "max_seq_len": 1024},
-        "train": {"steps": 40000, "batch_size": 128, "weight_decay": 0.1, "precision": "bf16",
-                  "compile": True, "log_every": 50, "eval_every": 1000, "checkpoint_every": 2000},
+        "train": {
+            "steps": 40000,
+            "batch_size": 128,
+            "weight_decay": 0.1,
+            "precision": "bf16",
+            "compile": True,
+            "log_every": 50,
+            "eval_every": 1000,
+            "checkpoint_every": 2000,
+        },
     },
     "seeds": [0, 1],
     "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},
@@ -122,54 +197,88 @@ HE_CODEPARROT = {
 # tokens grow with the model (about 20 tokens per parameter at the largest CPU size is out of reach; the
 # steps double with each size instead). Two successors beside SAS-P: Peri-LN (a norm placement) and nGPT
 # (a normalised residual stream, with its paper's recipe).
-_SCALING_RUNS = [{"name": b, "label": label, "model.block": b}
-                 for b, label in (("pre-ln", "Pre-LN"), ("sas-p", "SAS-P"), ("peri-ln", "Peri-LN"), ("ngpt", "nGPT"))]
+_SCALING_RUNS = [
+    {"name": b, "label": label, "model.block": b}
+    for b, label in (("pre-ln", "Pre-LN"), ("sas-p", "SAS-P"), ("peri-ln", "Peri-LN"), ("ngpt", "nGPT"))
+]
 SCALING = {
     "name": "scaling",
     "description": "Pre-LN, SAS-P, Peri-LN and nGPT at three sizes (d=32/2 layers/100 steps, d=64/4/200, "
-                   "d=128/4/400; T=64, vocabulary 1024, batch 16) on the stdlib corpus, He & Hofmann's recipe, each "
-                   "block tuned over lr 1e-3..3e-2 at each size, two final seeds: a frontier of final eval loss "
-                   "against training FLOPs and each block's compute multiplier against Pre-LN.",
+    "d=128/4/400; T=64, vocabulary 1024, batch 16) on the stdlib corpus, He & Hofmann's recipe, each "
+    "block tuned over lr 1e-3..3e-2 at each size, two final seeds: a frontier of final eval loss "
+    "against training FLOPs and each block's compute multiplier against Pre-LN.",
     "expected_cost": "72 runs, 2 at a time: about an hour on 2 idle CPU cores (an estimate from the quick preset's "
-                     "measured runs; the largest size dominates)",
+    "measured runs; the largest size dominates)",
     "seeds": [0, 1],
     "target_run": "pre-ln",
     "tune": {"key": "train.lr", "values": [1e-3, 3e-3, 1e-2, 3e-2]},
-    "sizes": [{"model.d_model": 32, "model.n_layers": 2, "model.d_ff": 128, "train.steps": 100},
-              {"model.d_model": 64, "model.n_layers": 4, "model.d_ff": 256, "train.steps": 200},
-              {"model.d_model": 128, "model.n_layers": 4, "model.d_ff": 512, "train.steps": 400}],
+    "sizes": [
+        {"model.d_model": 32, "model.n_layers": 2, "model.d_ff": 128, "train.steps": 100},
+        {"model.d_model": 64, "model.n_layers": 4, "model.d_ff": 256, "train.steps": 200},
+        {"model.d_model": 128, "model.n_layers": 4, "model.d_ff": 512, "train.steps": 400},
+    ],
     "base": {
         "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
         "model": {"n_heads": 4},
-        "train": {"batch_size": 16, "weight_decay": 0.1, "log_every": 10, "eval_batches": 32,
-                  "checkpoint_every": 1000, "stall_patience": 100},
+        "train": {
+            "batch_size": 16,
+            "weight_decay": 0.1,
+            "log_every": 10,
+            "eval_batches": 32,
+            "checkpoint_every": 1000,
+            "stall_patience": 100,
+        },
     },
     "runs": _SCALING_RUNS,
 }
 SCALING_GPU = {
     "name": "scaling-gpu",
     "description": "The scaling preset at GPU sizes: Pre-LN, SAS-P, Peri-LN and nGPT at d=256/6 layers, d=512/8 "
-                   "and d=768/12 (T=128, batch 128, vocabulary 16384, bf16, compiled) on the whole Python "
-                   "environment, steps 2.5k/5k/10k, each tuned over lr 3e-4..3e-3 at each size, two final seeds.",
-    "expected_cost": "72 runs: roughly 12 GPU-hours on one H100 (an estimate from the FLOP count, not a "
-                     "measurement)",
+    "and d=768/12 (T=128, batch 128, vocabulary 16384, bf16, compiled) on the whole Python "
+    "environment, steps 2.5k/5k/10k, each tuned over lr 3e-4..3e-3 at each size, two final seeds.",
+    "expected_cost": "72 runs: roughly 12 GPU-hours on one H100 (an estimate from the FLOP count, not a measurement)",
     "seeds": [0, 1],
     "target_run": "pre-ln",
     "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 2e-3, 3e-3]},
-    "sizes": [{"model.d_model": 256, "model.n_layers": 6, "model.n_heads": 4, "model.d_ff": 1024,
-               "train.steps": 2500},
-              {"model.d_model": 512, "model.n_layers": 8, "model.n_heads": 8, "model.d_ff": 2048,
-               "train.steps": 5000},
-              {"model.d_model": 768, "model.n_layers": 12, "model.n_heads": 12, "model.d_ff": 3072,
-               "train.steps": 10000}],
+    "sizes": [
+        {"model.d_model": 256, "model.n_layers": 6, "model.n_heads": 4, "model.d_ff": 1024, "train.steps": 2500},
+        {"model.d_model": 512, "model.n_layers": 8, "model.n_heads": 8, "model.d_ff": 2048, "train.steps": 5000},
+        {"model.d_model": 768, "model.n_layers": 12, "model.n_heads": 12, "model.d_ff": 3072, "train.steps": 10000},
+    ],
     "base": {
         "data": {"source": "python", "vocab_size": 16384, "seq_len": 128},
-        "train": {"batch_size": 128, "weight_decay": 0.1, "precision": "bf16", "compile": True, "log_every": 50,
-                  "eval_every": 1000, "eval_batches": 32, "checkpoint_every": 2500, "stall_patience": 300},
+        "train": {
+            "batch_size": 128,
+            "weight_decay": 0.1,
+            "precision": "bf16",
+            "compile": True,
+            "log_every": 50,
+            "eval_every": 1000,
+            "eval_batches": 32,
+            "checkpoint_every": 2500,
+            "stall_patience": 300,
+        },
     },
     "runs": _SCALING_RUNS,
 }
 
-PRESETS = {p["name"]: p for p in (QUICK, XIONG_WARMUP, HE_CODEPARROT, DEPTH, ZOO, ZOO_GPU, WARMUP, WARMUP_GPU,
-                                   XIONG_IWSLT, XIONG_IWSLT_GPU, HE_BERT, HE_BERT_GPU, XIONG_BERT, SCALING,
-                                   SCALING_GPU)}
+PRESETS = {
+    p["name"]: p
+    for p in (
+        QUICK,
+        XIONG_WARMUP,
+        HE_CODEPARROT,
+        DEPTH,
+        ZOO,
+        ZOO_GPU,
+        WARMUP,
+        WARMUP_GPU,
+        XIONG_IWSLT,
+        XIONG_IWSLT_GPU,
+        HE_BERT,
+        HE_BERT_GPU,
+        XIONG_BERT,
+        SCALING,
+        SCALING_GPU,
+    )
+}

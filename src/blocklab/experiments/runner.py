@@ -1,4 +1,5 @@
 """Run a sweep into one directory: runs/<name>/ each, verdicts.json, then the init probes, then the report."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,10 @@ def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print
     if not rerun_changed:
         shown = "; ".join(f"{r.name} ({', '.join(d[:3])}{', ...' if len(d) > 3 else ''})" for r, _, d in changed[:3])
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-        raise UserError(f"{len(changed)} stored run(s) in {out} differ from what the sweep asks: {shown}{more}; "
-                        "pass --rerun-changed to move them to replaced/ and train them again, or choose another --out")
+        raise UserError(
+            f"{len(changed)} stored run(s) in {out} differ from what the sweep asks: {shown}{more}; "
+            "pass --rerun-changed to move them to replaced/ and train them again, or choose another --out"
+        )
     for run, run_dir, diff in changed:
         target = out / "replaced" / run.name
         i = 1
@@ -88,16 +91,19 @@ def _train_phase(runs: list[RunSpec], out: Path, jobs: int, progress, log, resul
         tasks.append((run, run_dir, status is not None, head))
 
     def done(run, head, summary):
-        log(f"{head}: {summary['status']} at step {summary['step']}, loss {_f(summary['final_loss'])}, "
-            f"eval {_f(summary['final_eval_loss'])}, {_f(summary['tokens_per_s'], '.0f')} tokens/s")
+        log(
+            f"{head}: {summary['status']} at step {summary['step']}, loss {_f(summary['final_loss'])}, "
+            f"eval {_f(summary['final_eval_loss'])}, {_f(summary['tokens_per_s'], '.0f')} tokens/s"
+        )
 
     status, trained = run_many(tasks, jobs, log, progress, done)
     results.update(trained)
     return status
 
 
-def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=print, jobs: int = 1,
-              rerun_changed: bool = False) -> dict:
+def run_sweep(
+    sweep: Sweep, out: str | Path, progress: bool | None = None, log=print, jobs: int = 1, rerun_changed: bool = False
+) -> dict:
     """Train every run not yet finished (completed, diverged or stalled runs are kept; partial ones resume): the
     untuned and tuning runs, then each tuned group's final seeds at its best value; then the fine-tuning stage
     and DIR/verdicts.json. Returns {"status": "completed" | "interrupted", "runs": {name: summary}, "finals"}."""
@@ -115,9 +121,12 @@ def run_sweep(sweep: Sweep, out: str | Path, progress: bool | None = None, log=p
         best = choose_best(sweep, out)
         finals = sweep.final_runs(best)
         for (group, size), value in best.items():
-            log(f"tuned: {group}{'' if size is None else f' (size {size})'} best at "
+            log(
+                f"tuned: {group}{'' if size is None else f' (size {size})'} best at "
                 f"{next(t.key for t in [sweep.tune_of(g) for g in sweep.groups if g.name == group])} = {value:g}"
-                if isinstance(value, float) else f"tuned: {group} best at {value}")
+                if isinstance(value, float)
+                else f"tuned: {group} best at {value}"
+            )
         known = {r.name for r in sweep.runs}
         extra = [r for r in finals if r.name not in known]
         check_changed(extra, out, rerun_changed, log)
@@ -143,8 +152,10 @@ def _note_leftovers(sweep: Sweep, finals: list[RunSpec], out: Path, log) -> None
     names = {r.name for r in sweep.runs + finals}
     left = sorted(p.name for p in (out / "runs").iterdir() if p.is_dir() and p.name not in names)
     if left:
-        log(f"{len(left)} run(s) in {out / 'runs'} are not part of this sweep ({', '.join(left[:3])}"
-            f"{', ...' if len(left) > 3 else ''}): kept, but left out of the verdicts and the report")
+        log(
+            f"{len(left)} run(s) in {out / 'runs'} are not part of this sweep ({', '.join(left[:3])}"
+            f"{', ...' if len(left) > 3 else ''}): kept, but left out of the verdicts and the report"
+        )
 
 
 def run_probes(sweep: Sweep, out: Path, log=print) -> None:

@@ -2,6 +2,7 @@
 training run. A tuned experiment (SPEC 10, experiments/tuning.py) runs each group over its grid on the tuning
 seeds, then at its own best value on the final seeds: `Sweep.final_runs(best)` names those runs once the best
 values are known."""
+
 from __future__ import annotations
 
 import copy
@@ -20,8 +21,17 @@ from blocklab.training.config import RunConfig, load_config, read_toml
 # An experiment's name: it names the report's section ids and figure files (loss_vs_step_NAME.png).
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 EXPERIMENT_KEYS = ("title", "description", "target_run", "tune")
-SHORT = {"model.block": "", "train.lr": "lr", "train.warmup_steps": "wu", "train.seed": "s", "model.n_layers": "L",
-         "model.d_model": "d", "train.optimizer": "", "model.norm": "", "model.init": ""}
+SHORT = {
+    "model.block": "",
+    "train.lr": "lr",
+    "train.warmup_steps": "wu",
+    "train.seed": "s",
+    "model.n_layers": "L",
+    "model.d_model": "d",
+    "train.optimizer": "",
+    "model.norm": "",
+    "model.init": "",
+}
 
 
 @dataclass
@@ -30,22 +40,29 @@ class RunSpec:
     label: str
     overrides: dict  # {"model": {...}, "train": {...}} on top of the sweep's base
     config: RunConfig | None = None
-    group: str = ""        # runs that differ only in their seed share a group (the report averages them)
+    group: str = ""  # runs that differ only in their seed share a group (the report averages them)
     group_label: str = ""
     seed: int | None = None
     experiment: str | None = None  # a key of Sweep.experiments: the report's part this run belongs to
-    value: object = None   # the tuned setting's value (tuned experiments)
+    value: object = None  # the tuned setting's value (tuned experiments)
     size: int | None = None  # index into Sweep.sizes
-    phase: str = "final"   # "tune": a tuning run; "final": a run the verdicts are computed from
+    phase: str = "final"  # "tune": a tuning run; "final": a run the verdicts are computed from
 
     def __post_init__(self):
         self.group = self.group or self.name
         self.group_label = self.group_label or self.label
 
     def to_json(self) -> dict:
-        out = {"name": self.name, "dir": f"runs/{self.name}", "label": self.label, "overrides": self.overrides,
-               "group": self.group, "group_label": self.group_label, "seed": self.seed,
-               "experiment": self.experiment}
+        out = {
+            "name": self.name,
+            "dir": f"runs/{self.name}",
+            "label": self.label,
+            "overrides": self.overrides,
+            "group": self.group,
+            "group_label": self.group_label,
+            "seed": self.seed,
+            "experiment": self.experiment,
+        }
         if self.phase == "tune" or self.value is not None or self.size is not None:
             out.update(value=self.value, size=self.size)
         return out
@@ -54,6 +71,7 @@ class RunSpec:
 @dataclass
 class GroupSpec:
     """A block and its other settings: what the sweep compares. Its runs differ in seed, size and tuned value."""
+
     name: str
     label: str
     overrides: dict  # nested, the group's own settings
@@ -144,8 +162,18 @@ class Sweep:
             over = _merge(over, {tune.section: {tune.option: value}})
         if seed is not None:
             over = _merge(over, {"train": {"seed": seed}})
-        run = RunSpec(name, label, over, group=_group_key(g, size), group_label=group_label, seed=seed,
-                      experiment=g.experiment, value=value, size=size, phase=phase)
+        run = RunSpec(
+            name,
+            label,
+            over,
+            group=_group_key(g, size),
+            group_label=group_label,
+            seed=seed,
+            experiment=g.experiment,
+            value=value,
+            size=size,
+            phase=phase,
+        )
         try:
             run.config = load_config(None, _merge(_merge(self.base, over), self.cli))
         except UserError as e:
@@ -156,12 +184,22 @@ class Sweep:
     def to_json(self, finals: list[RunSpec] | None = None) -> dict:
         """sweep.json: `runs` the runs the report shows (the final ones), `tuning` the tuning runs."""
         finals = finals if finals is not None else [r for r in self.runs if r.phase == "final"]
-        return {"name": self.name, "description": self.description, "expected_cost": self.expected_cost,
-                "target_run": self.target_run, "seeds": self.seeds, "reference": self.reference,
-                "finetune": self.finetune.to_json() if self.finetune else None,
-                "base": self.base, "probes": self.probes, "experiments": self.experiments,
-                "tune": {str(k): t.to_json() for k, t in self.tunes.items()} or None, "sizes": self.sizes or None,
-                "runs": [r.to_json() for r in finals], "tuning": [r.to_json() for r in self.tuning_runs]}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "expected_cost": self.expected_cost,
+            "target_run": self.target_run,
+            "seeds": self.seeds,
+            "reference": self.reference,
+            "finetune": self.finetune.to_json() if self.finetune else None,
+            "base": self.base,
+            "probes": self.probes,
+            "experiments": self.experiments,
+            "tune": {str(k): t.to_json() for k, t in self.tunes.items()} or None,
+            "sizes": self.sizes or None,
+            "runs": [r.to_json() for r in finals],
+            "tuning": [r.to_json() for r in self.tuning_runs],
+        }
 
 
 def _group_key(g: GroupSpec, size: int | None) -> str:
@@ -222,7 +260,7 @@ def _tunes(spec: dict, seeds) -> dict:
     if top is not None:
         tunes[None] = top
     table = spec.get("experiments")
-    for name, meta in (table.items() if isinstance(table, dict) else ()):
+    for name, meta in table.items() if isinstance(table, dict) else ():
         t = parse_tune(meta.get("tune"), seeds, f"experiments.{name}.tune") if isinstance(meta, dict) else None
         if t is not None:
             tunes[name] = t
@@ -233,8 +271,12 @@ def _apply_recipes(groups: list[GroupSpec], base: dict, cli: dict) -> None:
     """Each group's block recipe, in effect where neither the group nor the command line sets the key (SPEC 10:
     package defaults < sweep base < block recipe < the group's own settings < command line)."""
     for g in groups:
-        block = g.overrides.get("model", {}).get("block") or cli.get("model", {}).get("block") \
-            or base.get("model", {}).get("block") or "pre-ln"
+        block = (
+            g.overrides.get("model", {}).get("block")
+            or cli.get("model", {}).get("block")
+            or base.get("model", {}).get("block")
+            or "pre-ln"
+        )
         try:
             recipe = block_recipe(block)
         except ValueError:
@@ -246,8 +288,23 @@ def _apply_recipes(groups: list[GroupSpec], base: dict, cli: dict) -> None:
 def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None = None) -> Sweep:
     """A sweep from its dict form (a preset, or a parsed SWEEP.toml); `extra` (the command line's overrides)
     applies to every run, over every other setting; `seeds` replaces the sweep's seeds (`compare --seeds`)."""
-    known = {"name", "description", "base", "grid", "runs", "probes", "expected_cost", "target_run", "seeds",
-             "finetune", "reference", "experiments", "grid_experiment", "tune", "sizes"}
+    known = {
+        "name",
+        "description",
+        "base",
+        "grid",
+        "runs",
+        "probes",
+        "expected_cost",
+        "target_run",
+        "seeds",
+        "finetune",
+        "reference",
+        "experiments",
+        "grid_experiment",
+        "tune",
+        "sizes",
+    }
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
@@ -273,10 +330,23 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         if option in cli.get(section, {}):
             raise UserError(f"--{key} is the tuned setting; change the sweep's tune values instead")
     _apply_recipes(groups, spec.get("base", {}), cli)
-    sweep = Sweep(spec.get("name", "sweep"), spec.get("description", ""), spec.get("base", {}), [],
-                  spec.get("probes"), spec.get("expected_cost", ""), spec.get("target_run"), seeds,
-                  parse_stage(spec.get("finetune")), spec.get("reference"), None, groups, tunes,
-                  parse_sizes(spec.get("sizes")), cli)
+    sweep = Sweep(
+        spec.get("name", "sweep"),
+        spec.get("description", ""),
+        spec.get("base", {}),
+        [],
+        spec.get("probes"),
+        spec.get("expected_cost", ""),
+        spec.get("target_run"),
+        seeds,
+        parse_stage(spec.get("finetune")),
+        spec.get("reference"),
+        None,
+        groups,
+        tunes,
+        parse_sizes(spec.get("sizes")),
+        cli,
+    )
     target_run = spec.get("target_run")
     names = [g.name for g in groups]
     if target_run is not None and target_run not in names:
@@ -294,8 +364,10 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         raise UserError(f"two runs share the name {next(n for n in names if names.count(n) > 1)!r}; name them")
     if sweep.finetune is not None and any(r.config.model.task != "mlm" for r in sweep.runs):
         bad = next(r for r in sweep.runs if r.config.model.task != "mlm")
-        raise UserError(f"run {bad.label!r} is a {bad.config.model.task} run; a sweep with [finetune] pre-trains "
-                        "mlm runs (model.task = \"mlm\")")
+        raise UserError(
+            f"run {bad.label!r} is a {bad.config.model.task} run; a sweep with [finetune] pre-trains "
+            'mlm runs (model.task = "mlm")'
+        )
     return sweep
 
 
@@ -307,12 +379,16 @@ def check_experiments(spec: dict, runs: list[GroupSpec]) -> dict | None:
     if table is None:
         tagged = next((r for r in runs if r.experiment is not None), None)
         if tagged is not None:
-            raise UserError(f"run {tagged.label!r} names experiment {tagged.experiment!r}, but the sweep has no "
-                            "[experiments] table; add one or drop the run's experiment")
+            raise UserError(
+                f"run {tagged.label!r} names experiment {tagged.experiment!r}, but the sweep has no "
+                "[experiments] table; add one or drop the run's experiment"
+            )
         return None
     if not isinstance(table, dict) or not table:
-        raise UserError("experiments must be a non-empty table of experiments, e.g. "
-                        "[experiments.he] title = \"He & Hofmann\" target_run = \"pre-ln\"")
+        raise UserError(
+            "experiments must be a non-empty table of experiments, e.g. "
+            '[experiments.he] title = "He & Hofmann" target_run = "pre-ln"'
+        )
     if spec.get("target_run") is not None:
         raise UserError("target_run and [experiments] do not go together; give each experiment its own target_run")
     if grid_exp is not None and not spec.get("grid"):
@@ -329,28 +405,40 @@ def check_experiments(spec: dict, runs: list[GroupSpec]) -> dict | None:
         for key in EXPERIMENT_KEYS[:3]:  # the texts; `tune` is a table (experiments/tuning.py)
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise UserError(f"experiments.{name}.{key} = {meta[key]!r} must be a string")
-        out[name] = {"title": meta.get("title") or name, "description": meta.get("description") or "",
-                     "target_run": meta.get("target_run")}
+        out[name] = {
+            "title": meta.get("title") or name,
+            "description": meta.get("description") or "",
+            "target_run": meta.get("target_run"),
+        }
     for r in runs:
         if r.experiment is None:
-            raise UserError(f"run {r.label!r} names no experiment; give it experiment = NAME, one of "
-                            f"{', '.join(out)} (grid runs: the sweep's grid_experiment = NAME)")
+            raise UserError(
+                f"run {r.label!r} names no experiment; give it experiment = NAME, one of "
+                f"{', '.join(out)} (grid runs: the sweep's grid_experiment = NAME)"
+            )
         if r.experiment not in out:
-            raise UserError(f"run {r.label!r}: experiment {r.experiment!r} is not one of the sweep's experiments: "
-                            f"{', '.join(out)}")
+            raise UserError(
+                f"run {r.label!r}: experiment {r.experiment!r} is not one of the sweep's experiments: {', '.join(out)}"
+            )
     for name, meta in out.items():
         groups = list(dict.fromkeys(r.name for r in runs if r.experiment == name))
         if not groups:
             raise UserError(f"experiment {name!r} has no runs; tag its runs with experiment = {name!r}")
         if meta["target_run"] is not None and meta["target_run"] not in groups:
-            raise UserError(f"experiments.{name}.target_run {meta['target_run']!r} is not a run of that "
-                            f"experiment; its runs: {', '.join(groups)}")
+            raise UserError(
+                f"experiments.{name}.target_run {meta['target_run']!r} is not a run of that "
+                f"experiment; its runs: {', '.join(groups)}"
+            )
     return out
 
 
 def _check_seeds(seeds) -> None:
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or len(set(seeds)) != len(seeds)
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)
+    ):
         raise UserError(f"seeds = {seeds!r} is not valid; give a list of distinct integers >= 0, e.g. [0, 1]")
 
 

@@ -11,6 +11,7 @@ seeds, and the sizes a sweep repeats its experiments at.
 Tuning seeds are kept apart from the final seeds by default because choosing the best of several values on
 the same seeds that then judge it flatters a group with a flat curve: the winner's noise is counted as skill.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,8 @@ DEFAULT_TOLERANCE = 0.1
 
 @dataclass(frozen=True)
 class Tune:
-    key: str                # a dotted setting, e.g. "train.lr"
-    values: tuple           # the grid, ascending for numbers
+    key: str  # a dotted setting, e.g. "train.lr"
+    values: tuple  # the grid, ascending for numbers
     seeds: tuple[int, ...]  # the tuning seeds
     reuse: bool = False
     tolerance: float = DEFAULT_TOLERANCE
@@ -43,8 +44,13 @@ class Tune:
         return all(is_number(v) for v in self.values)
 
     def to_json(self) -> dict:
-        return {"key": self.key, "values": list(self.values), "seeds": list(self.seeds), "reuse": self.reuse,
-                "tolerance": self.tolerance}
+        return {
+            "key": self.key,
+            "values": list(self.values),
+            "seeds": list(self.seeds),
+            "reuse": self.reuse,
+            "tolerance": self.tolerance,
+        }
 
 
 def is_number(v) -> bool:
@@ -52,8 +58,12 @@ def is_number(v) -> bool:
 
 
 def _seeds(value, where: str) -> tuple[int, ...]:
-    if (not isinstance(value, list) or not value or len(set(value)) != len(value)
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)):
+    if (
+        not isinstance(value, list)
+        or not value
+        or len(set(value)) != len(value)
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)
+    ):
         raise UserError(f"{where}.seeds = {value!r} is not valid; give a list of distinct integers >= 0, e.g. [3]")
     return tuple(value)
 
@@ -81,7 +91,7 @@ def parse_tune(spec, final_seeds: list[int] | None, where: str = "tune") -> Tune
     key = spec.get("key", "train.lr")
     section, _, option = key.partition(".") if isinstance(key, str) else ("", "", "")
     if section not in ("model", "data", "train") or not option:
-        raise UserError(f"{where}.key = {key!r} is not valid; give a dotted setting such as \"train.lr\"")
+        raise UserError(f'{where}.key = {key!r} is not valid; give a dotted setting such as "train.lr"')
     if key in ("train.seed", "model.block"):
         raise UserError(f"{where}.key = {key!r} cannot be tuned: seeds are set by `seeds`, blocks are the groups")
     if "values" in spec:
@@ -105,9 +115,11 @@ def parse_tune(spec, final_seeds: list[int] | None, where: str = "tune") -> Tune
         raise UserError(f"{where}.reuse = {reuse!r} is not valid; give true or false")
     shared = sorted(set(seeds) & set(finals))
     if shared and not reuse:
-        raise UserError(f"{where}.seeds {list(seeds)} share seed {shared[0]} with the final seeds {finals}: choosing "
-                        "the best value on the seeds that then judge it flatters flat curves; pick other tuning "
-                        "seeds, or set reuse = true to count them (the report says so)")
+        raise UserError(
+            f"{where}.seeds {list(seeds)} share seed {shared[0]} with the final seeds {finals}: choosing "
+            "the best value on the seeds that then judge it flatters flat curves; pick other tuning "
+            "seeds, or set reuse = true to count them (the report says so)"
+        )
     tolerance = spec.get("tolerance", DEFAULT_TOLERANCE)
     if not is_number(tolerance) or tolerance <= 0:
         raise UserError(f"{where}.tolerance = {tolerance!r} is not valid; give a positive number (metric units)")
@@ -119,12 +131,12 @@ def parse_sizes(spec, where: str = "sizes") -> list[dict]:
     if spec is None:
         return []
     if not isinstance(spec, list) or not spec or not all(isinstance(s, dict) and s for s in spec):
-        raise UserError(f"{where} must be a list of tables of dotted settings, e.g. [[sizes]] \"model.d_model\" = 64")
+        raise UserError(f'{where} must be a list of tables of dotted settings, e.g. [[sizes]] "model.d_model" = 64')
     for i, size in enumerate(spec):
         for key in size:
             section, _, option = key.partition(".")
             if section not in ("model", "data", "train") or not option:
-                raise UserError(f"{where}[{i}]: {key!r} is not a dotted setting such as \"model.d_model\"")
+                raise UserError(f'{where}[{i}]: {key!r} is not a dotted setting such as "model.d_model"')
     return [dict(s) for s in spec]
 
 

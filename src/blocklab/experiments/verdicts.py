@@ -4,6 +4,7 @@ mean and interval, and every comparison against the experiment's reference with 
 Computed once, here, from the runs' summary.json files; the report only draws and words it. The statistics
 are plain functions in blocklab.stats.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,10 +61,17 @@ def _curve(sweep: Sweep, out: Path, g: GroupSpec, size, cap, tolerance) -> list[
         summaries = [read_summary(out, r.name) for r in runs]
         scored = [run_score(s, cap, tolerance) for s in summaries]
         scores = [s for s, _, _ in scored]
-        points.append({"value": value, "seeds": list(tune.seeds), "scores": scores,
-                       "statuses": [(s or {}).get("status", "missing") for s in summaries],
-                       "capped": [c for _, c, _ in scored], "ok": [k for _, _, k in scored],
-                       "mean": statistics.fmean(scores) if None not in scores else None})
+        points.append(
+            {
+                "value": value,
+                "seeds": list(tune.seeds),
+                "scores": scores,
+                "statuses": [(s or {}).get("status", "missing") for s in summaries],
+                "capped": [c for _, c, _ in scored],
+                "ok": [k for _, _, k in scored],
+                "mean": statistics.fmean(scores) if None not in scores else None,
+            }
+        )
     return points
 
 
@@ -117,21 +125,31 @@ def _group_entry(sweep, out, g, size, finals, cap, tolerance) -> dict:
     scores = [score for _, score, _ in scored]
     mean, sd = stats.mean_sd(scores) if scores else (None, None)
     done = [s for _, _, s in scored if s]
-    entry.update(seeds=[seed for seed, _, _ in scored], scores=scores,
-                 statuses=[(s or {}).get("status", "missing") for _, _, s in scored],
-                 mean=mean, sd=sd, ci95=stats.t_interval(scores) if len(scores) > 1 else None,
-                 n_params=done[0].get("n_params") if done else None,
-                 tokens_per_s=statistics.median([s["tokens_per_s"] for s in done if _finite(s.get("tokens_per_s"))])
-                 if any(_finite(s.get("tokens_per_s")) for s in done) else None,
-                 measured_alone=all(s.get("concurrent_runs", 1) == 1 for s in done) if done else None,
-                 flops=_flops(done), eval_se=_median([s.get("final_eval_se") for s in done]))
+    entry.update(
+        seeds=[seed for seed, _, _ in scored],
+        scores=scores,
+        statuses=[(s or {}).get("status", "missing") for _, _, s in scored],
+        mean=mean,
+        sd=sd,
+        ci95=stats.t_interval(scores) if len(scores) > 1 else None,
+        n_params=done[0].get("n_params") if done else None,
+        tokens_per_s=statistics.median([s["tokens_per_s"] for s in done if _finite(s.get("tokens_per_s"))])
+        if any(_finite(s.get("tokens_per_s")) for s in done)
+        else None,
+        measured_alone=all(s.get("concurrent_runs", 1) == 1 for s in done) if done else None,
+        flops=_flops(done),
+        eval_se=_median([s.get("final_eval_se") for s in done]),
+    )
     return entry
 
 
 def _flops(summaries: list[dict]) -> float | None:
     """Training FLOPs of one run: the model's count per token times the tokens it trained on."""
-    values = [s["flops_per_token"] * s["tokens"] for s in summaries
-              if _finite(s.get("flops_per_token")) and _finite(s.get("tokens"))]
+    values = [
+        s["flops_per_token"] * s["tokens"]
+        for s in summaries
+        if _finite(s.get("flops_per_token")) and _finite(s.get("tokens"))
+    ]
     return max(values) if values else None
 
 
@@ -155,14 +173,25 @@ def _experiment(sweep: Sweep, out: Path, exp, finals) -> dict:
     entries = {g.name: _group_entry(sweep, out, g, largest, finals, cap, tolerance) for g in groups}
     reference = _reference(sweep, exp, groups)
     meta = (sweep.experiments or {}).get(exp, {}) if exp else {}
-    result = {"title": meta.get("title") or sweep.name, "metric": METRIC, "lower_is_better": True,
-              "tuned": tune.key if tune else None, "values": list(tune.values) if tune else None,
-              "tuning_seeds": list(tune.seeds) if tune else None, "reference": reference,
-              "tolerance": tolerance, "cap": cap,
-              "tuning_runs_reused": bool(tune and tune.reuse),
-              "noise_floor": entries[reference]["sd"], "min_detectable": None,
-              "eval_noise": _median([e["eval_se"] for e in entries.values()]),
-              "sizes": sweep.sizes or None, "groups": entries, "comparisons": {}, "frontier": None}
+    result = {
+        "title": meta.get("title") or sweep.name,
+        "metric": METRIC,
+        "lower_is_better": True,
+        "tuned": tune.key if tune else None,
+        "values": list(tune.values) if tune else None,
+        "tuning_seeds": list(tune.seeds) if tune else None,
+        "reference": reference,
+        "tolerance": tolerance,
+        "cap": cap,
+        "tuning_runs_reused": bool(tune and tune.reuse),
+        "noise_floor": entries[reference]["sd"],
+        "min_detectable": None,
+        "eval_noise": _median([e["eval_se"] for e in entries.values()]),
+        "sizes": sweep.sizes or None,
+        "groups": entries,
+        "comparisons": {},
+        "frontier": None,
+    }
     if len(sizes) > 1:
         result["frontier"] = _frontier(sweep, out, groups, finals, cap, tolerance, reference)
     return result
@@ -177,8 +206,15 @@ def _comparisons(experiments: dict) -> None:
         for name, g in result["groups"].items():
             if name == result["reference"]:
                 continue
-            c = {"against": result["reference"], "difference": None, "ci95": None, "p": None, "p_holm": None,
-                 "verdict": "one seed", "n": [len(g["scores"]), len(ref["scores"])]}
+            c = {
+                "against": result["reference"],
+                "difference": None,
+                "ci95": None,
+                "p": None,
+                "p_holm": None,
+                "verdict": "one seed",
+                "n": [len(g["scores"]), len(ref["scores"])],
+            }
             if g["mean"] is not None and ref["mean"] is not None:
                 c["difference"] = g["mean"] - ref["mean"]
             if len(g["scores"]) > 1 and len(ref["scores"]) > 1:
@@ -189,8 +225,11 @@ def _comparisons(experiments: dict) -> None:
         c["p_holm"] = p
     for result in experiments.values():
         for c in result["comparisons"].values():
-            c["verdict"] = stats.verdict(c["difference"], c["p_holm"], *c["n"], lower_is_better=True) \
-                if c["p_holm"] is not None else "one seed"
+            c["verdict"] = (
+                stats.verdict(c["difference"], c["p_holm"], *c["n"], lower_is_better=True)
+                if c["p_holm"] is not None
+                else "one seed"
+            )
         ref = result["groups"][result["reference"]]
         result["min_detectable"] = stats.min_detectable(ref["sd"], len(ref["scores"]), max(1, len(family)))
 
@@ -201,8 +240,17 @@ def _frontier(sweep, out, groups, finals, cap, tolerance, reference) -> dict:
         rows = []
         for size in sweep.size_indices():
             e = _group_entry(sweep, out, g, size, finals, cap, tolerance)
-            rows.append({"size": size, "flops": e["flops"], "best": e["best"], "seeds": e["seeds"],
-                         "scores": e["scores"], "mean": e["mean"], "ci95": e["ci95"]})
+            rows.append(
+                {
+                    "size": size,
+                    "flops": e["flops"],
+                    "best": e["best"],
+                    "seeds": e["seeds"],
+                    "scores": e["scores"],
+                    "mean": e["mean"],
+                    "ci95": e["ci95"],
+                }
+            )
         points[g.name] = rows
     frontier = {}
     for name, rows in points.items():
@@ -212,8 +260,10 @@ def _frontier(sweep, out, groups, finals, cap, tolerance, reference) -> dict:
         try:
             entry["fit"] = stats.fit_power_law([r["flops"] for r in usable], [r["mean"] for r in usable])
             if name != reference and len(ref_usable) > 1:
-                m = stats.compute_multiplier([{"flops": r["flops"], "scores": r["scores"]} for r in ref_usable],
-                                             [{"flops": r["flops"], "scores": r["scores"]} for r in usable])
+                m = stats.compute_multiplier(
+                    [{"flops": r["flops"], "scores": r["scores"]} for r in ref_usable],
+                    [{"flops": r["flops"], "scores": r["scores"]} for r in usable],
+                )
                 entry["multiplier"], entry["multiplier_ci95"] = m["multiplier"], m["multiplier_ci95"]
             elif name == reference:
                 entry["multiplier"], entry["multiplier_ci95"] = 1.0, [1.0, 1.0]
@@ -225,7 +275,6 @@ def _frontier(sweep, out, groups, finals, cap, tolerance, reference) -> dict:
 
 def compute_verdicts(sweep: Sweep, out: str | Path, finals: list[RunSpec]) -> dict:
     out = Path(out)
-    experiments = {str(exp) if exp else sweep.name: _experiment(sweep, out, exp, finals)
-                   for exp in _experiments(sweep)}
+    experiments = {str(exp) if exp else sweep.name: _experiment(sweep, out, exp, finals) for exp in _experiments(sweep)}
     _comparisons(experiments)
     return {"sweep": sweep.name, "experiments": experiments, "claims": claims(experiments, sweep)}

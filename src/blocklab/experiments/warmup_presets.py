@@ -7,6 +7,7 @@ Hofmann's recipe (normal init, RMSNorm, AdamW with weight decay 0.1, linear warm
 decay, clipping at 1), the same for every block; the report draws the final loss over warm-up x
 learning rate per block as a heat map, and stalled runs (loss at the unigram entropy) end early.
 """
+
 from __future__ import annotations
 
 from blocklab.blocks import BLOCKS as _PUBLIC
@@ -18,15 +19,32 @@ def xiong_arms(blocks, warmups, adam_lrs, sgd_lrs) -> dict:
     """Xiong et al.'s two optimizers (Sec. 3.2, Fig. 2) as two tuned experiments of one sweep: every block x
     warm-up, Adam and SGD (no momentum: the paper states none, fairseq's default is 0), each group at its own
     best rate over a grid around the paper's two. Returns the sweep's `experiments` and `runs`."""
-    runs = [{"name": f"{opt}_{b}_wu{w}", "label": f"{opt.upper() if opt == 'sgd' else 'Adam'}, {b}, wu{w}",
-             "model.block": b, "train.optimizer": opt, "train.warmup_steps": w, "experiment": opt,
-             **({"train.momentum": 0.0} if opt == "sgd" else {})}
-            for opt in ("adam", "sgd") for b in blocks for w in warmups]
+    runs = [
+        {
+            "name": f"{opt}_{b}_wu{w}",
+            "label": f"{opt.upper() if opt == 'sgd' else 'Adam'}, {b}, wu{w}",
+            "model.block": b,
+            "train.optimizer": opt,
+            "train.warmup_steps": w,
+            "experiment": opt,
+            **({"train.momentum": 0.0} if opt == "sgd" else {}),
+        }
+        for opt in ("adam", "sgd")
+        for b in blocks
+        for w in warmups
+    ]
     experiments = {
-        "adam": {"title": "Adam", "target_run": f"adam_pre-ln_wu{warmups[0]}",
-                 "tune": {"key": "train.lr", "values": sorted(adam_lrs)}},
-        "sgd": {"title": "SGD", "target_run": f"sgd_pre-ln_wu{warmups[0]}",
-                "tune": {"key": "train.lr", "values": sorted(sgd_lrs)}}}
+        "adam": {
+            "title": "Adam",
+            "target_run": f"adam_pre-ln_wu{warmups[0]}",
+            "tune": {"key": "train.lr", "values": sorted(adam_lrs)},
+        },
+        "sgd": {
+            "title": "SGD",
+            "target_run": f"sgd_pre-ln_wu{warmups[0]}",
+            "tune": {"key": "train.lr", "values": sorted(sgd_lrs)},
+        },
+    }
     return {"experiments": experiments, "runs": runs}
 
 
@@ -43,17 +61,24 @@ XIONG_SGD_LRS = [2e-4, 1e-3, 5e-3, 2.5e-2]
 WARMUP = {
     "name": "warmup",
     "description": "Warm-up for every block of SPEC sections 2 and 2b x warm-up 0/20/80 of 200 steps, each at "
-                   "its own best AdamW lr of 1e-3/3e-3/1e-2 (He & Hofmann's recipe: linear warm-up and decay), d=64, "
-                   "4 layers, on the stdlib corpus, two final seeds.",
+    "its own best AdamW lr of 1e-3/3e-3/1e-2 (He & Hofmann's recipe: linear warm-up and decay), d=64, "
+    "4 layers, on the stdlib corpus, two final seeds.",
     "expected_cost": f"{15 * len(BLOCKS)} runs of 200 steps at d=64 (stalled runs end early): about 2 hours on 2 "
-                     "idle CPU cores (an estimate from the untuned sweep's 40 minutes for a third of the runs)",
+    "idle CPU cores (an estimate from the untuned sweep's 40 minutes for a third of the runs)",
     "seeds": [0, 1],
     "tune": {"key": "train.lr", "values": [1e-3, 3e-3, 1e-2]},
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 64},
         "model": {"d_model": 64, "n_layers": 4, "n_heads": 4, "d_ff": 256},
-        "train": {"steps": 200, "batch_size": 16, "weight_decay": 0.1, "log_every": 5, "eval_every": 100,
-                  "eval_batches": 4, "checkpoint_every": 200},  # stall_patience: the default 100 steps
+        "train": {
+            "steps": 200,
+            "batch_size": 16,
+            "weight_decay": 0.1,
+            "log_every": 5,
+            "eval_every": 100,
+            "eval_batches": 4,
+            "checkpoint_every": 200,
+        },  # stall_patience: the default 100 steps
     },
     "grid": {"model.block": BLOCKS, "train.warmup_steps": [0, 20, 80]},
 }
@@ -63,16 +88,25 @@ WARMUP = {
 WARMUP_GPU = {
     "name": "warmup-gpu",
     "description": "Warm-up for every block at GPU size: every block x warm-up 0/50/500 of 5000 steps, each at its "
-                   "own best AdamW lr of 3e-4/1e-3/3e-3, 18 layers, d=512, T=128, batch 128, bf16, on the python "
-                   "source, two final seeds.",
+    "own best AdamW lr of 3e-4/1e-3/3e-3, 18 layers, d=512, T=128, batch 128, bf16, on the python "
+    "source, two final seeds.",
     "expected_cost": f"{15 * len(BLOCKS)} runs of 5000 steps x 16k tokens (82M tokens each): about "
-                     f"{round(15 * len(BLOCKS) * 10 / 36)} GPU-hours on one H100 "
-                     "(an estimate from the FLOP count, not a measurement)",
+    f"{round(15 * len(BLOCKS) * 10 / 36)} GPU-hours on one H100 "
+    "(an estimate from the FLOP count, not a measurement)",
     "base": {
         "data": {"source": "python", "vocab_size": 16384, "seq_len": 128},
         "model": {"d_model": 512, "n_layers": 18, "n_heads": 8, "d_ff": 2048},
-        "train": {"steps": 5000, "batch_size": 128, "weight_decay": 0.1, "precision": "bf16", "compile": True,
-                  "log_every": 25, "eval_every": 500, "checkpoint_every": 1000, "stall_patience": 300},
+        "train": {
+            "steps": 5000,
+            "batch_size": 128,
+            "weight_decay": 0.1,
+            "precision": "bf16",
+            "compile": True,
+            "log_every": 25,
+            "eval_every": 500,
+            "checkpoint_every": 1000,
+            "stall_patience": 300,
+        },
     },
     "seeds": [0, 1],
     "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},

@@ -4,5 +4,16 @@ from blocklab.model.model import ModelOutput, TransformerLM
 from blocklab.model.params import count_parameters, gathered, no_weight_decay, param_groups
 from blocklab.model.seq2seq import Seq2Seq, Seq2SeqOutput
 
-__all__ = ["ModelOutput", "Seq2Seq", "Seq2SeqOutput", "TransformerLM", "build_model", "init_weights", "sinusoidal",
-           "count_parameters", "gathered", "no_weight_decay", "param_groups"]
+__all__ = [
+    "ModelOutput",
+    "Seq2Seq",
+    "Seq2SeqOutput",
+    "TransformerLM",
+    "build_model",
+    "init_weights",
+    "sinusoidal",
+    "count_parameters",
+    "gathered",
+    "no_weight_decay",
+    "param_groups",
+]

@@ -1,6 +1,7 @@
 """What the language model (model/model.py) and the encoder-decoder (model/seq2seq.py) share: the token
 embedding, the positions, the (tied) output head, the loss over it, the block loop and the
 initialisation (SPEC section 3)."""
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,7 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02 if cfg.init == "normal" else cfg.d_model ** -0.5)
+            nn.init.normal_(m.weight, std=0.02 if cfg.init == "normal" else cfg.d_model**-0.5)
     if isinstance(model, TokenModel):
         model.after_optimizer_step()  # nGPT starts, as it trains, with its matrices on the unit sphere
 
@@ -96,15 +97,15 @@ class TokenModel(nn.Module):
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         # nGPT (blocks/ngpt.py): logits = s_z * (h W^T), s_z stored at 1/sqrt(d) and used times sqrt(d).
         if self.sphere:
-            self.s_z = Scale(cfg.vocab_size, 1.0, cfg.d_model ** -0.5)
+            self.s_z = Scale(cfg.vocab_size, 1.0, cfg.d_model**-0.5)
 
     def token_embedding(self, ids: torch.Tensor, positions: str, start: int = 0) -> torch.Tensor:
         """tok(ids) * embed_scale + the positions start .. start + T - 1 of the table `positions`."""
         T = ids.shape[1]
         if self.cfg.positions == "learned":
-            pos = getattr(self, positions).weight[start:start + T]
+            pos = getattr(self, positions).weight[start : start + T]
         else:
-            pos = self.pos_table[start:start + T]
+            pos = self.pos_table[start : start + T]
         return self.tok(ids) * self.embed_scale + pos
 
     def encoder_stack(self, cfg: ModelConfig) -> None:
@@ -121,8 +122,7 @@ class TokenModel(nn.Module):
         if input_ids.shape[1] > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_seq_len={self.cfg.max_seq_len}")
         key_mask = attention_mask.bool() if attention_mask is not None else None
-        x, hidden = self.run_blocks(self.blocks, self.token_embedding(input_ids, "pos"), key_mask,
-                                    output_hidden_states)
+        x, hidden = self.run_blocks(self.blocks, self.token_embedding(input_ids, "pos"), key_mask, output_hidden_states)
         return self.final_norm(x), hidden
 
     @torch.no_grad()
@@ -161,8 +161,14 @@ class TokenModel(nn.Module):
             hidden.append(x)
         return x, (tuple(hidden) if output_hidden_states else None)
 
-    def logits_and_loss(self, x: torch.Tensor, labels=None, loss_reduction: str = "mean",
-                        return_logits: bool = True, label_smoothing: float = 0.0):
+    def logits_and_loss(
+        self,
+        x: torch.Tensor,
+        labels=None,
+        loss_reduction: str = "mean",
+        return_logits: bool = True,
+        label_smoothing: float = 0.0,
+    ):
         """Logits of the final hidden states x over the head, and the loss of `labels` (model/loss.py:
         never the fp32 (B, T, V) logits)."""
         w = self.head_weight

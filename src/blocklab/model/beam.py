@@ -7,6 +7,7 @@ the <eod>), the best K that do not end become the next beams and the cache rows 
 sentence is done when it has K finished hypotheses; at `max_new_tokens` its live beams are finished
 as they are. The best finished hypothesis is returned.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,9 @@ class BeamResult:
 
 
 @torch.no_grad()
-def beam_search(model, input_ids, attention_mask=None, num_beams: int = 4, max_new_tokens: int = 64,
-                length_penalty: float = 1.0) -> BeamResult:
+def beam_search(
+    model, input_ids, attention_mask=None, num_beams: int = 4, max_new_tokens: int = 64, length_penalty: float = 1.0
+) -> BeamResult:
     B, K, dev = input_ids.shape[0], num_beams, input_ids.device
     eos, pad = model.eos_id, model.pad_id
     memory, _ = model.encode(input_ids, attention_mask)
@@ -71,5 +73,5 @@ def beam_search(model, input_ids, attention_mask=None, num_beams: int = 4, max_n
     out = torch.full((B, 1 + L), pad, dtype=torch.long, device=dev)
     out[:, 0] = eos
     for b, (_, _, seq) in enumerate(best):
-        out[b, 1:1 + len(seq)] = torch.tensor(seq, dtype=torch.long, device=dev)
+        out[b, 1 : 1 + len(seq)] = torch.tensor(seq, dtype=torch.long, device=dev)
     return BeamResult(out, torch.tensor([h[1] for h in best]), torch.tensor([h[0] for h in best]))

@@ -1,4 +1,5 @@
 """build_model: the model a ModelConfig describes."""
+
 from __future__ import annotations
 
 import torch.nn as nn

@@ -5,6 +5,7 @@ Parameter names follow TransformerLM (`tok`, `pos`, `blocks.*`, `final_norm.*`),
 `mlm` checkpoint loads as it is and only `pooler` and `classifier` start fresh (training/finetune.py).
 No dropout in the head: the papers' encoders use none, and blocks without dropout must stay so.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,9 @@ class Classifier(TokenModel):
         m = attention_mask.to(x.dtype).unsqueeze(-1)
         return (x * m).sum(1) / m.sum(1).clamp_min(1)
 
-    def forward(self, input_ids, attention_mask=None, labels=None, output_hidden_states=False,
-                loss_reduction: str = "mean") -> ModelOutput:
+    def forward(
+        self, input_ids, attention_mask=None, labels=None, output_hidden_states=False, loss_reduction: str = "mean"
+    ) -> ModelOutput:
         """logits (B, n_labels); `labels` are class indices (B,), or float targets when n_labels = 1."""
         x, hidden = self.encode(input_ids, attention_mask, output_hidden_states)
         pooled = torch.tanh(self.pooler(self.pool(x, attention_mask)))

@@ -6,6 +6,7 @@ its loss, and turned at once into the gradients of the hidden states and of the 
 weight (softmax - onehot), then dropped. Memory is O(chunk x V) instead of O(N x V), with the
 same three matmuls as full logits.
 """
+
 from __future__ import annotations
 
 import torch
@@ -42,7 +43,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         dh = torch.empty_like(h) if need_h else None
         dw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         for s in range(0, h.shape[0], chunk):
-            hc, y = h[s:s + chunk].to(dtype), labels[s:s + chunk]
+            hc, y = h[s : s + chunk].to(dtype), labels[s : s + chunk]
             logits = (hc @ w.t()).to(acc)
             keep = y != IGNORE_INDEX
             lse = torch.logsumexp(logits, -1)
@@ -57,7 +58,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                     g -= eps / g.shape[1]
                 g = (g * keep[:, None]).to(dtype)
                 if need_h:
-                    dh[s:s + chunk] = (g @ w).to(h.dtype)
+                    dh[s : s + chunk] = (g @ w).to(h.dtype)
                 if need_w:
                     dw += (g.t() @ hc).to(acc)
         ctx.save_for_backward(dh if need_h else None, dw.to(weight.dtype) if need_w else None)
@@ -66,13 +67,24 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_total):
         dh, dw = ctx.saved_tensors
-        return (dh * grad_total.to(dh.dtype) if dh is not None else None,
-                dw * grad_total.to(dw.dtype) if dw is not None else None, None, None, None, None)
+        return (
+            dh * grad_total.to(dh.dtype) if dh is not None else None,
+            dw * grad_total.to(dw.dtype) if dw is not None else None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
-def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                          reduction: str = "mean", label_smoothing: float = 0.0,
-                          chunk: int | None = None) -> torch.Tensor:
+def chunked_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    chunk: int | None = None,
+) -> torch.Tensor:
     """cross_entropy(hidden @ weight.T, labels, ignore_index=-100) for hidden (..., d), labels (...).
 
     `reduction` "sum" or "mean" (over non-ignored labels); equal to F.cross_entropy on the full

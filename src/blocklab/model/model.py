@@ -1,4 +1,5 @@
 """The language model around the blocks: embeddings, the block stack, final norm and tied head."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,8 +30,15 @@ class TransformerLM(TokenModel):
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.token_embedding(input_ids, "pos")
 
-    def forward(self, input_ids, attention_mask=None, labels=None, output_hidden_states=False,
-                loss_reduction: str = "mean", return_logits: bool = True) -> ModelOutput:
+    def forward(
+        self,
+        input_ids,
+        attention_mask=None,
+        labels=None,
+        output_hidden_states=False,
+        loss_reduction: str = "mean",
+        return_logits: bool = True,
+    ) -> ModelOutput:
         """`labels` are aligned with `input_ids` (labels[t] is the target of logits[t]); -100 is ignored.
 
         The loss never builds the fp32 (B, T, V) logits (model/loss.py); trainers pass

@@ -1,4 +1,5 @@
 """Which parameters get weight decay: matrices do; gains, norms and biases (all < 2-D) do not."""
+
 from __future__ import annotations
 
 import torch

@@ -18,6 +18,7 @@ cross-attention has no such identity, so a "simplified" decoder block would be a
 Decoding keeps, per decoder layer, the self-attention keys and values of the tokens so far and the
 cross-attention keys and values of the source (computed once): each new token costs O(T).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -90,9 +91,18 @@ class Seq2Seq(TokenModel):
             x = block(x, kv, src_mask, self_mask)
         return self.decoder_norm(x)
 
-    def forward(self, input_ids, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                labels=None, loss_reduction: str = "mean", return_logits: bool = True, label_smoothing: float = 0.0,
-                output_hidden_states: bool = False) -> Seq2SeqOutput:
+    def forward(
+        self,
+        input_ids,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        labels=None,
+        loss_reduction: str = "mean",
+        return_logits: bool = True,
+        label_smoothing: float = 0.0,
+        output_hidden_states: bool = False,
+    ) -> Seq2SeqOutput:
         """`labels` are aligned with `decoder_input_ids` (labels[t] is the target of logits[t]); -100 is ignored.
         Without `decoder_input_ids`, they are the labels shifted right behind <eod>, as in fairseq."""
         if decoder_input_ids is None:
@@ -100,8 +110,9 @@ class Seq2Seq(TokenModel):
                 raise ValueError("give decoder_input_ids (or labels, from which they are shifted)")
             start = torch.full_like(labels[:, :1], self.eos_id)
             decoder_input_ids = torch.cat([start, labels[:, :-1].clamp_min(0)], 1)
-            decoder_input_ids = decoder_input_ids.masked_fill(torch.cat([start, labels[:, :-1]], 1) == IGNORE_INDEX,
-                                                              self.pad_id)
+            decoder_input_ids = decoder_input_ids.masked_fill(
+                torch.cat([start, labels[:, :-1]], 1) == IGNORE_INDEX, self.pad_id
+            )
         memory, hidden = self.encode(input_ids, attention_mask, output_hidden_states)
         x = self.decode(decoder_input_ids, memory, attention_mask, decoder_attention_mask)
         logits, loss = self.logits_and_loss(x, labels, loss_reduction, return_logits, label_smoothing)
@@ -146,8 +157,9 @@ class Seq2Seq(TokenModel):
         return out
 
     @torch.no_grad()
-    def generate(self, input_ids, attention_mask=None, max_new_tokens: int = 64, num_beams: int = 1,
-                 length_penalty: float = 1.0) -> torch.Tensor:
+    def generate(
+        self, input_ids, attention_mask=None, max_new_tokens: int = 64, num_beams: int = 1, length_penalty: float = 1.0
+    ) -> torch.Tensor:
         """(B, <= 1 + max_new_tokens) token ids: <eod> (the start), the translation, <eod>, then <pad>.
 
         num_beams 1 is greedy; more is batched beam search (model/beam.py) whose hypotheses are ranked

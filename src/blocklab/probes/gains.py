@@ -13,6 +13,7 @@ Keys (`l` is the block index, `h` the head):
 The model is read through `named_parameters()` and `named_modules()`: any model whose blocks sit in a
 `ModuleList` called `blocks` and use blocklab's parameter names works.
 """
+
 from __future__ import annotations
 
 import math
@@ -116,7 +117,7 @@ def gain_trajectories(records, prefix: str = "gain/") -> dict[str, dict[tuple[in
         for k, v in rec.items():
             if not k.startswith(prefix) or v is None:
                 continue
-            parsed = parse_key(k[len(prefix):])
+            parsed = parse_key(k[len(prefix) :])
             if parsed is None:
                 continue
             layer, kind, head = parsed
@@ -159,7 +160,7 @@ def plot_gains(records, path, prefix: str = "gain/", title: str | None = None) -
             ax.axhline(0.0, color="grey", ls="--", lw=0.8, label="0 (He & Hofmann: ratio -> 0)")
         if n_layers <= 12:
             ax.legend(fontsize=7, ncol=2)
-    for ax in list(axes.flat)[len(kinds):]:
+    for ax in list(axes.flat)[len(kinds) :]:
         ax.axis("off")
     if n_layers > 12:
         fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(), label="layer")

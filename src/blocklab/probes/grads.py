@@ -10,6 +10,7 @@ The trainer calls this on the steps it logs only, after backward and the GradSca
 before clipping, so the values are the true gradients of the update (under DDP, already averaged
 over the ranks).
 """
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,11 @@ _DECODER = re.compile(r"(?:^|\.)decoder_blocks\.(\d+)\.(.+)$")
 def block_weights(model: nn.Module) -> dict[str, nn.Parameter]:
     """{key: Linear weight} for every block and role, ordered by stack, layer, then module order."""
     model = getattr(model, "module", model)  # DDP wraps the model in `.module`
-    out = {f"L{layer}.{role}": lin.weight
-           for layer, mods in sorted(block_linears(model).items()) for role, lin in mods.items()}
+    out = {
+        f"L{layer}.{role}": lin.weight
+        for layer, mods in sorted(block_linears(model).items())
+        for role, lin in mods.items()
+    }
     decoder: dict[int, dict[str, nn.Parameter]] = {}
     for name, m in model.named_modules():
         hit = _DECODER.search(name) if isinstance(m, nn.Linear) else None

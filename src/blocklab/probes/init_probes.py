@@ -5,6 +5,7 @@
 (`blocklab.probes.predictions`) and returns one JSON-serialisable dict, the content of
 `probes.json` (its fields are documented in the README, section "probes.json").
 """
+
 from __future__ import annotations
 
 import json
@@ -157,8 +158,14 @@ def _vs_depth(block: str, depths: list[int], per_depth: dict) -> dict:
     mean = [per_depth[str(L)]["last_ffn_grad_norm"]["mean"] for L in depths]
     std = [per_depth[str(L)]["last_ffn_grad_norm"]["std"] for L in depths]
     slope, intercept = fit_loglog(depths, mean)
-    return {"depths": depths, "mean": mean, "std": std, "slope": slope, "intercept": intercept,
-            "reference": last_ffn_reference(block, depths, mean)}
+    return {
+        "depths": depths,
+        "mean": mean,
+        "std": std,
+        "slope": slope,
+        "intercept": intercept,
+        "reference": last_ffn_reference(block, depths, mean),
+    }
 
 
 def _update_vs_depth(block: str, depths: list[int], per_depth: dict) -> dict:
@@ -173,14 +180,23 @@ def _update_vs_depth(block: str, depths: list[int], per_depth: dict) -> dict:
     if source and logs:
         level = math.exp(sum(logs) / len(logs))
         reference = {"slope": 0.0, "source": source, "values": [level] * len(depths)}
-    return {"depths": depths, "mean": mean, "std": std, "slope": slope, "intercept": intercept,
-            "lr": UPDATE_LR, "reference": reference}
+    return {
+        "depths": depths,
+        "mean": mean,
+        "std": std,
+        "slope": slope,
+        "intercept": intercept,
+        "lr": UPDATE_LR,
+        "reference": reference,
+    }
 
 
 def _predictions(block: str, max_depth: int, base: dict) -> dict:
     cfg = ModelConfig(block=block, n_layers=max_depth, **base)
-    return {"hidden_sq_norm": hidden_norm_prediction(cfg, max_depth),
-            "last_ffn_slope": LAST_FFN_SLOPE[block][0] if block in LAST_FFN_SLOPE else None}
+    return {
+        "hidden_sq_norm": hidden_norm_prediction(cfg, max_depth),
+        "last_ffn_slope": LAST_FFN_SLOPE[block][0] if block in LAST_FFN_SLOPE else None,
+    }
 
 
 def _progress(total: int, show: bool | None):
@@ -219,31 +235,48 @@ def summary_rows(result: dict) -> list[dict]:
             lo = hi = None
             if pred is not None:
                 lo, hi = pred["lower"][L] / d, pred["upper"][L] / d
-            rows.append({
-                "block": block, "depth": L,
-                "hidden_last_over_d": r["hidden_sq_norm"]["mean"][-1] / d,
-                "predicted_lo": lo, "predicted_hi": hi,
-                "cos_last": r["cosine_similarity"]["mean"][-1],
-                "last_ffn_grad": r["last_ffn_grad_norm"]["mean"],
-                "loss": r["loss"]["mean"],
-            })
+            rows.append(
+                {
+                    "block": block,
+                    "depth": L,
+                    "hidden_last_over_d": r["hidden_sq_norm"]["mean"][-1] / d,
+                    "predicted_lo": lo,
+                    "predicted_hi": hi,
+                    "cos_last": r["cosine_similarity"]["mean"][-1],
+                    "last_ffn_grad": r["last_ffn_grad_norm"]["mean"],
+                    "loss": r["loss"]["mean"],
+                }
+            )
     return rows
 
 
 def format_table(result: dict) -> str:
     """A short plain-text table: per block and depth, |x_L|^2/d (with the prediction), cosine, last-FFN gradient."""
+
     def f(x, spec=".3g"):
         return "-" if x is None else format(x, spec)
 
-    lines = [f"{'block':<15}{'L':>4}  {'|x_L|^2/d':>10}  {'predicted':>17}  {'cos_L':>6}  {'grad fc2_L':>10}  {'loss':>6}"]
+    lines = [
+        f"{'block':<15}{'L':>4}  {'|x_L|^2/d':>10}  {'predicted':>17}  {'cos_L':>6}  {'grad fc2_L':>10}  {'loss':>6}"
+    ]
     for r in summary_rows(result):
-        pred = "-" if r["predicted_lo"] is None else (
-            f(r["predicted_lo"]) if abs(r["predicted_lo"] - r["predicted_hi"]) < 1e-9 * max(1, abs(r["predicted_hi"]))
-            else f"{f(r['predicted_lo'])}..{f(r['predicted_hi'])}")
-        lines.append(f"{r['block']:<15}{r['depth']:>4}  {f(r['hidden_last_over_d']):>10}  {pred:>17}  "
-                     f"{f(r['cos_last'], '.3f'):>6}  {f(r['last_ffn_grad']):>10}  {f(r['loss'], '.2f'):>6}")
+        pred = (
+            "-"
+            if r["predicted_lo"] is None
+            else (
+                f(r["predicted_lo"])
+                if abs(r["predicted_lo"] - r["predicted_hi"]) < 1e-9 * max(1, abs(r["predicted_hi"]))
+                else f"{f(r['predicted_lo'])}..{f(r['predicted_hi'])}"
+            )
+        )
+        lines.append(
+            f"{r['block']:<15}{r['depth']:>4}  {f(r['hidden_last_over_d']):>10}  {pred:>17}  "
+            f"{f(r['cos_last'], '.3f'):>6}  {f(r['last_ffn_grad']):>10}  {f(r['loss'], '.2f'):>6}"
+        )
     for block, v in result["last_ffn_vs_depth"].items():
         ref = v.get("reference")
-        lines.append(f"{block}: last-FFN gradient log-log slope vs depth {f(v['slope'], '+.3f')}"
-                     + (f" (predicted {ref['slope']:+.1f}: {ref['source']})" if ref else ""))
+        lines.append(
+            f"{block}: last-FFN gradient log-log slope vs depth {f(v['slope'], '+.3f')}"
+            + (f" (predicted {ref['slope']:+.1f}: {ref['source']})" if ref else "")
+        )
     return "\n".join(lines)

@@ -4,6 +4,7 @@ A model qualifies if `model(input_ids, attention_mask=..., labels=..., output_hi
 returns `.loss` and `.hidden_states` (the embedding output, then each block's output) and
 its blocks sit in a `ModuleList` named `blocks` whose weight matrices are `nn.Linear`.
 """
+
 from __future__ import annotations
 
 import math
@@ -136,8 +137,9 @@ def probe_batch(model: nn.Module, input_ids, labels, attention_mask=None) -> dic
         "hidden_sq_norm": hidden_sq_norms(hs, attention_mask),
         "cosine_similarity": cosine_similarities(hs, attention_mask),
         "grad_norm": grad,
-        "last_ffn_grad_norm": (last.weight.grad.float().norm().item()
-                               if last is not None and last.weight.grad is not None else None),
+        "last_ffn_grad_norm": (
+            last.weight.grad.float().norm().item() if last is not None and last.weight.grad is not None else None
+        ),
         "model_update": model_update(model, input_ids, attention_mask, out.logits.detach()),
     }
     model.zero_grad(set_to_none=True)

@@ -3,6 +3,7 @@
 Uses matplotlib's object API with the Agg canvas (no pyplot, no global backend change),
 so it is safe on headless machines and inside other programs.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,8 +65,10 @@ def _depth_colours(depths):
 def _title(result: dict) -> str:
     m, s = result["settings"]["model"], result["settings"]
     data = f"data={s['data']}, " if s.get("data") else ""
-    return (f"d={m['d_model']}, heads={m['n_heads']}, d_ff={m['d_ff']}, {m['norm']}, {m['activation']}, "
-            f"init={m['init']}, task={m['task']}, {data}{len(s['seeds'])} seeds x {s['n_batches']} batches")
+    return (
+        f"d={m['d_model']}, heads={m['n_heads']}, d_ff={m['d_ff']}, {m['norm']}, {m['activation']}, "
+        f"init={m['init']}, task={m['task']}, {data}{len(s['seeds'])} seeds x {s['n_batches']} batches"
+    )
 
 
 def plot_hidden_norms(result: dict, path) -> str:
@@ -126,8 +129,11 @@ def plot_grad_norms(result: dict, path, depth: int | None = None) -> str:
         ax.set_ylabel("|dLoss/dW| (Frobenius)")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=6, ncol=2)
-    fig.suptitle("Gradient norm of each weight at init (Xiong et al. Fig. 3 a/b: "
-                 "Post-LN grows toward the output, Pre-LN flat)\n" + _title(result), fontsize=9)
+    fig.suptitle(
+        "Gradient norm of each weight at init (Xiong et al. Fig. 3 a/b: "
+        "Post-LN grows toward the output, Pre-LN flat)\n" + _title(result),
+        fontsize=9,
+    )
     return save_figure(fig, path)
 
 
@@ -143,11 +149,22 @@ def _plot_vs_depth(per_block: dict, path, ylabel: str, title: str) -> str:
         if not np.isfinite(y).any():
             continue
         slope = "n/a" if v["slope"] is None else f"{v['slope']:+.2f}"
-        ax.errorbar(x, y, yerr=np.nan_to_num(e), fmt="o-", ms=4, lw=1.3, capsize=2, color=cmap(i % 10),
-                    label=f"{block} (fitted slope {slope})")
+        ax.errorbar(
+            x,
+            y,
+            yerr=np.nan_to_num(e),
+            fmt="o-",
+            ms=4,
+            lw=1.3,
+            capsize=2,
+            color=cmap(i % 10),
+            label=f"{block} (fitted slope {slope})",
+        )
         ref = v.get("reference")
         if ref:
-            ax.plot(x, ref["values"], "--", lw=1, color=cmap(i % 10), label=f"{ref['source']} (slope {ref['slope']:+.1f})")
+            ax.plot(
+                x, ref["values"], "--", lw=1, color=cmap(i % 10), label=f"{ref['source']} (slope {ref['slope']:+.1f})"
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("depth L (number of blocks)")
@@ -160,8 +177,12 @@ def _plot_vs_depth(per_block: dict, path, ylabel: str, title: str) -> str:
 
 def plot_last_ffn_grad(result: dict, path) -> str:
     """Gradient norm of the last block's FFN output weight against depth, log-log (Xiong Thm 1, Fig. 3 c/d)."""
-    return _plot_vs_depth(result["last_ffn_vs_depth"], path, "|dLoss/dW| of blocks[-1].mlp.fc2",
-                          "Last FFN output-weight gradient vs depth at init\n" + _title(result))
+    return _plot_vs_depth(
+        result["last_ffn_vs_depth"],
+        path,
+        "|dLoss/dW| of blocks[-1].mlp.fc2",
+        "Last FFN output-weight gradient vs depth at init\n" + _title(result),
+    )
 
 
 def plot_model_update(result: dict, path) -> str | None:
@@ -170,8 +191,12 @@ def plot_model_update(result: dict, path) -> str | None:
     if not per_block:
         return None
     lr = next(iter(per_block.values())).get("lr")
-    return _plot_vs_depth(per_block, path, f"RMS change of the logits after one Adam step (lr {lr:g})",
-                          "Model update vs depth at init (DeepNet Fig. 3)\n" + _title(result))
+    return _plot_vs_depth(
+        per_block,
+        path,
+        f"RMS change of the logits after one Adam step (lr {lr:g})",
+        "Model update vs depth at init (DeepNet Fig. 3)\n" + _title(result),
+    )
 
 
 def plot_cosine(result: dict, path) -> str:
@@ -196,8 +221,11 @@ def plot_cosine(result: dict, path) -> str:
         ax.set_ylabel("mean pairwise cosine similarity")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle("Token cosine similarity at init (rank collapse: skipless softmax -> 1, "
-                 "shaped attention holds)\n" + _title(result), fontsize=9)
+    fig.suptitle(
+        "Token cosine similarity at init (rank collapse: skipless softmax -> 1, "
+        "shaped attention holds)\n" + _title(result),
+        fontsize=9,
+    )
     return save_figure(fig, path)
 
 

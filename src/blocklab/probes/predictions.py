@@ -21,6 +21,7 @@ He & Hofmann (2024): shaped attention is the identity at init, so `sas` maps `x`
 `Norm(x) + beta_FF MLP(Norm(Norm(x)))` and `sas-p` to `beta_SA Norm(x) + beta_FF MLP(Norm(x))`;
 the same variance argument then gives their hidden norms exactly (in expectation).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,11 @@ class _LastFFNSlopes(Mapping):
     against depth, for every registered block whose spec predicts one (read live from the registry)."""
 
     def _table(self) -> dict:
-        return {b: (s.predictions.last_ffn_slope, s.predictions.last_ffn_source)
-                for b, s in REGISTRY.items() if s.predictions.last_ffn_slope is not None}
+        return {
+            b: (s.predictions.last_ffn_slope, s.predictions.last_ffn_source)
+            for b, s in REGISTRY.items()
+            if s.predictions.last_ffn_slope is not None
+        }
 
     def __getitem__(self, block):
         return self._table()[block]
@@ -83,7 +87,7 @@ def rmsnorm_jacobian_norm(x: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
 
 def weight_variance(init: str, fan_in: int, fan_out: int) -> float:
     """Per-entry variance of a weight matrix under blocklab's inits (SPEC section 3)."""
-    return 0.02 ** 2 if init == "normal" else 2.0 / (fan_in + fan_out)
+    return 0.02**2 if init == "normal" else 2.0 / (fan_in + fan_out)
 
 
 def hidden_norm_constants(cfg) -> dict:
@@ -95,12 +99,12 @@ def hidden_norm_constants(cfg) -> dict:
     """
     d, f = cfg.d_model, cfg.d_ff
     if cfg.init == "normal":
-        x0 = 0.02 ** 2 * (2 if cfg.positions == "learned" else 1)
+        x0 = 0.02**2 * (2 if cfg.positions == "learned" else 1)
         x0 += 0.5 if cfg.positions == "sinusoidal" else 0.0  # |sinusoid|^2 = d/2
     else:
         x0 = 1.0 + (1.0 / d if cfg.positions == "learned" else 0.5)
     if REGISTRY[cfg.block].sphere:  # nGPT: unit token rows (times embed_scale, sqrt(d) under xavier)
-        x0 += (1.0 / d - 0.02 ** 2) if cfg.init == "normal" else 0.0
+        x0 += (1.0 / d - 0.02**2) if cfg.init == "normal" else 0.0
     v1, v2 = weight_variance(cfg.init, d, f), weight_variance(cfg.init, f, d)
     # |W1 y|^2 = f d v1; ReLU keeps half in expectation (GELU: about 0.43; ReLU is the papers' case).
     act = 0.5 if cfg.activation == "relu" else 0.425
@@ -121,29 +125,29 @@ def _unit(lo, hi, first, d, c, ff, sa):
 
 
 def _identity_attention(lo, hi, first, d, c, ff, sa):  # u = Norm(x), then u + beta_FF MLP(Norm(u))
-    v = d * (1 + ff ** 2 * c["ffn"])
+    v = d * (1 + ff**2 * c["ffn"])
     return v, v
 
 
 def _no_skip(lo, hi, first, d, c, ff, sa):  # beta_SA Norm(x) + beta_FF MLP(Norm(x))
-    v = d * (sa ** 2 + ff ** 2 * c["ffn"])
+    v = d * (sa**2 + ff**2 * c["ffn"])
     return v, v
 
 
 def _no_skip_no_norm(lo, hi, first, d, c, ff, sa):  # no norm after the first block: the gain multiplies
     if first:
         return _no_skip(lo, hi, first, d, c, ff, sa)
-    g = sa ** 2 + ff ** 2 * c["ffn"]
+    g = sa**2 + ff**2 * c["ffn"]
     return lo * g, hi * g
 
 
 def _value_projection(lo, hi, first, d, c, ff, sa):  # attention = W^P W^V Norm(x) at init (alpha=1, beta=0)
-    v = d * (c["attn"] + ff ** 2 * c["ffn"])
+    v = d * (c["attn"] + ff**2 * c["ffn"])
     return v, v
 
 
 def _softmax_no_skip(lo, hi, first, d, c, ff, sa):  # u = A Norm(x): |u|^2 between 0 and d
-    return d * ff ** 2 * c["ffn"], d * (1 + ff ** 2 * c["ffn"])
+    return d * ff**2 * c["ffn"], d * (1 + ff**2 * c["ffn"])
 
 
 def _identity(lo, hi, first, d, c, ff, sa):  # ReZero: a = 0, every block returns its input
@@ -164,9 +168,18 @@ def _sphere(lo, hi, first, d, c, ff, sa):  # nGPT: every block ends with an L2 n
     return 1.0, 1.0
 
 
-LAWS = {"identity": _identity, "peri": _peri, "sphere": _sphere, "residual": _residual, "unit": _unit, "identity-attention": _identity_attention, "no-skip": _no_skip,
-        "no-skip-no-norm": _no_skip_no_norm, "value-projection": _value_projection,
-        "softmax-no-skip": _softmax_no_skip}
+LAWS = {
+    "identity": _identity,
+    "peri": _peri,
+    "sphere": _sphere,
+    "residual": _residual,
+    "unit": _unit,
+    "identity-attention": _identity_attention,
+    "no-skip": _no_skip,
+    "no-skip-no-norm": _no_skip_no_norm,
+    "value-projection": _value_projection,
+    "softmax-no-skip": _softmax_no_skip,
+}
 
 
 def hidden_norm_prediction(cfg, n_layers: int) -> dict | None:
@@ -191,8 +204,11 @@ def hidden_norm_prediction(cfg, n_layers: int) -> dict | None:
     out = {"lower": lo, "upper": hi, "source": pred.hidden_norm_source, "constants": c}
     if pred.lemma2_paper:
         pl = [lemma2_bounds(l, d) for l in range(n_layers + 1)]
-        out["lemma2_paper"] = {"lower": [a for a, _ in pl], "upper": [b for _, b in pl],
-                               "source": "Xiong et al. Lemma 2 as published (Xavier, d_ff = d): (1 + l/2) d .. (1 + 3l/2) d"}
+        out["lemma2_paper"] = {
+            "lower": [a for a, _ in pl],
+            "upper": [b for _, b in pl],
+            "source": "Xiong et al. Lemma 2 as published (Xavier, d_ff = d): (1 + l/2) d .. (1 + 3l/2) d",
+        }
     return out
 
 
@@ -209,8 +225,12 @@ def last_ffn_reference(block: str, depths, grads) -> dict | None:
     if not logs:
         return None
     intercept = sum(logs) / len(logs)
-    return {"slope": slope, "intercept": intercept, "source": source,
-            "values": [math.exp(intercept) * L ** slope for L in depths]}
+    return {
+        "slope": slope,
+        "intercept": intercept,
+        "source": source,
+        "values": [math.exp(intercept) * L**slope for L in depths],
+    }
 
 
 def fit_loglog(xs, ys) -> tuple[float | None, float | None]:

@@ -5,6 +5,7 @@
 probes.json and the figures and prints the summary table; `run_options(argv)` does both for a list
 of option strings. Bad input is a UserError, never a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,26 +34,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depths", default=DEFAULT_DEPTHS, help="comma-separated depths (numbers of blocks)" + D)
     p.add_argument("--seeds", type=int, default=3, help="model initialisations per block and depth (seeds 0..N-1)" + D)
     p.add_argument("--batches", type=int, default=2, help="batches per model (the same batches for every model)" + D)
-    p.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=True,
-                   help="also probe `softmax-noskip` (plain softmax attention, no skip): the rank-collapse ablation "
-                        "(default: on)")
+    p.add_argument(
+        "--ablation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also probe `softmax-noskip` (plain softmax attention, no skip): the rank-collapse ablation (default: on)",
+    )
     m = p.add_argument_group("model (shared by every block and depth)")
     m.add_argument("--d-model", type=int, default=256, help="width d" + D)
     m.add_argument("--n-heads", type=int, default=4, help="attention heads" + D)
     m.add_argument("--d-ff", type=int, default=1024, help="MLP hidden width" + D)
-    m.add_argument("--init", choices=("normal", "xavier"), default="normal",
-                   help="normal: std 0.02 (He & Hofmann); xavier: fairseq's Xavier-uniform (query/key/value at gain 1/sqrt(2)), sqrt(d)-scaled embeddings (Xiong et al.)" + D)
-    m.add_argument("--norm", choices=NORMS, default="rmsnorm",
-                   help="normalisation layer (dyt: Dynamic Tanh in place of every norm)" + D)
+    m.add_argument(
+        "--init",
+        choices=("normal", "xavier"),
+        default="normal",
+        help="normal: std 0.02 (He & Hofmann); xavier: fairseq's Xavier-uniform (query/key/value at gain 1/sqrt(2)), sqrt(d)-scaled embeddings (Xiong et al.)"
+        + D,
+    )
+    m.add_argument(
+        "--norm",
+        choices=NORMS,
+        default="rmsnorm",
+        help="normalisation layer (dyt: Dynamic Tanh in place of every norm)" + D,
+    )
     m.add_argument("--qk-norm", action="store_true", help="RMSNorm on each head's queries and keys (default: off)")
     m.add_argument("--activation", choices=("relu", "gelu"), default="relu", help="MLP activation" + D)
-    m.add_argument("--beta-ff", type=float, default=None, help="beta_FF of the blocks that have one (default: each block's own, 0.1)")
-    m.add_argument("--task", choices=("clm", "mlm"), default="clm", help="causal LM (decoder) or masked LM (encoder)" + D)
+    m.add_argument(
+        "--beta-ff",
+        type=float,
+        default=None,
+        help="beta_FF of the blocks that have one (default: each block's own, 0.1)",
+    )
+    m.add_argument(
+        "--task", choices=("clm", "mlm"), default="clm", help="causal LM (decoder) or masked LM (encoder)" + D
+    )
     d = p.add_argument_group("data")
-    d.add_argument("--data", default="stdlib", metavar="stdlib|random|PATH",
-                   help="text for the batches: the Python standard library, uniformly random tokens, or a corpus "
-                        "(text file, folder or .jsonl) tokenised by blocklab.data; failing data is an error, never a "
-                        "fallback" + D)
+    d.add_argument(
+        "--data",
+        default="stdlib",
+        metavar="stdlib|random|PATH",
+        help="text for the batches: the Python standard library, uniformly random tokens, or a corpus "
+        "(text file, folder or .jsonl) tokenised by blocklab.data; failing data is an error, never a "
+        "fallback" + D,
+    )
     d.add_argument("--vocab-size", type=int, default=8192, help="tokenizer vocabulary (the corpus may yield fewer)" + D)
     d.add_argument("--seq-len", type=int, default=128, help="tokens per sequence" + D)
     d.add_argument("--batch-size", type=int, default=8, help="sequences per batch" + D)
@@ -78,7 +102,9 @@ def parse_blocks(text: str) -> list[str]:
         raise UserError(f"--blocks {text!r} names no block; choose among: {', '.join(BLOCKS)}")
     for b in names:
         if b not in REGISTRY:
-            raise UserError(f"--blocks: unknown block {b!r}; choose among: {', '.join(BLOCKS)} (ablation: softmax-noskip)")
+            raise UserError(
+                f"--blocks: unknown block {b!r}; choose among: {', '.join(BLOCKS)} (ablation: softmax-noskip)"
+            )
     return list(dict.fromkeys(names))
 
 
@@ -125,8 +151,18 @@ def make_batches(args, log):
         if args.task == "clm":
             batches = ClmBatches(corpus.train, args.seq_len, args.batch_size, seed=0)
         else:
-            batches = MlmBatches(corpus.train, corpus.train_doc_starts, args.seq_len, args.batch_size, 0, 0.15,
-                                 corpus.mask_id, corpus.pad_id, corpus.vocab_size, corpus.special_ids)
+            batches = MlmBatches(
+                corpus.train,
+                corpus.train_doc_starts,
+                args.seq_len,
+                args.batch_size,
+                0,
+                0.15,
+                corpus.mask_id,
+                corpus.pad_id,
+                corpus.vocab_size,
+                corpus.special_ids,
+            )
     except UserError:
         raise
     except (ImportError, OSError, ValueError, RuntimeError) as e:
@@ -157,8 +193,17 @@ def run(args) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {args.device!r}: CUDA is not available on this machine")
 
-    model = dict(d_model=args.d_model, n_heads=args.n_heads, d_ff=args.d_ff, init=args.init, norm=args.norm,
-                 activation=args.activation, task=args.task, max_seq_len=args.seq_len, qk_norm=args.qk_norm)
+    model = dict(
+        d_model=args.d_model,
+        n_heads=args.n_heads,
+        d_ff=args.d_ff,
+        init=args.init,
+        norm=args.norm,
+        activation=args.activation,
+        task=args.task,
+        max_seq_len=args.seq_len,
+        qk_norm=args.qk_norm,
+    )
     try:  # shapes and options checked, for every block, before any data is prepared
         for block in blocks:
             ModelConfig(block=block, n_layers=1, vocab_size=args.vocab_size, **model)
@@ -175,13 +220,25 @@ def run(args) -> int:
 
     batches, vocab, info = make_batches(args, log)
     model["vocab_size"] = vocab
-    result = run_init_probes(blocks, depths, batches, model=model, seeds=args.seeds, n_batches=args.batches,
-                             ablation=args.ablation, device=device,
-                             progress=False if args.no_progress else None, settings=info, out=out)
+    result = run_init_probes(
+        blocks,
+        depths,
+        batches,
+        model=model,
+        seeds=args.seeds,
+        n_batches=args.batches,
+        ablation=args.ablation,
+        device=device,
+        progress=False if args.no_progress else None,
+        settings=info,
+        out=out,
+    )
     figures = {k: v for k, v in plot_all(result, out).items() if v}
     print(format_table(result))
-    print(f"wrote {os.path.join(out, 'probes.json')} and {len(figures)} figures: "
-          + ", ".join(os.path.basename(p) for p in figures.values()))
+    print(
+        f"wrote {os.path.join(out, 'probes.json')} and {len(figures)} figures: "
+        + ", ".join(os.path.basename(p) for p in figures.values())
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """The numbers of the report: smoothed losses, the target loss, steps to reach it, one table row per run."""
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,8 @@ def steps_to_target(run: Run, target: float | None) -> int | None:
 @dataclass
 class Target:
     value: float | None
-    source: str      # "given" | "worst-completed" | "none"
-    note: str        # one sentence for the report
+    source: str  # "given" | "worst-completed" | "none"
+    note: str  # one sentence for the report
 
 
 def choose_target(runs: list[Run], target_loss: float | None = None, reference: str | None = None) -> Target:
@@ -60,8 +61,7 @@ def choose_target(runs: list[Run], target_loss: float | None = None, reference: 
     (sweep.json's target_run: how many steps each block needs to match it); else the worst final smoothed
     training loss of the completed runs, so that every completed run reaches it."""
     if target_loss is not None:
-        return Target(float(target_loss), "given",
-                      f"Target loss {target_loss:.4g} (given with --target-loss).")
+        return Target(float(target_loss), "given", f"Target loss {target_loss:.4g} (given with --target-loss).")
     # the reference names a seed group (sweep.json), or a run by its name, label or folder
     refs = [r for r in runs if reference is not None and reference in (r.name, r.label, r.group, r.path.name)]
     finals = [final_smoothed_loss(r) for r in refs if r.status == "completed"]
@@ -69,18 +69,24 @@ def choose_target(runs: list[Run], target_loss: float | None = None, reference: 
     if refs and len(finals) == len(refs):  # the mean over the reference's seeds
         value = sum(finals) / len(finals)
         seeds = f" (mean of {len(finals)} seeds)" if len(finals) > 1 else ""
-        return Target(value, "reference",
-                      f"Target loss {value:.4g}: the final smoothed training loss of the reference run "
-                      f"{refs[0].group_label}{seeds}; steps to target is how long each run takes to match it "
-                      f"(pass --target-loss to choose another).")
+        return Target(
+            value,
+            "reference",
+            f"Target loss {value:.4g}: the final smoothed training loss of the reference run "
+            f"{refs[0].group_label}{seeds}; steps to target is how long each run takes to match it "
+            f"(pass --target-loss to choose another).",
+        )
     finals = [(final_smoothed_loss(r), r.label) for r in runs if r.status == "completed"]
     finals = [(v, label) for v, label in finals if v is not None and math.isfinite(v)]
     if not finals:
         return Target(None, "none", "No completed run: no default target loss (give one with --target-loss).")
     value, label = max(finals)
-    return Target(value, "worst-completed",
-                  f"Target loss {value:.4g}: the worst final smoothed training loss among the completed runs "
-                  f"({label}), so every completed run reaches it; pass --target-loss to choose another.")
+    return Target(
+        value,
+        "worst-completed",
+        f"Target loss {value:.4g}: the worst final smoothed training loss among the completed runs "
+        f"({label}), so every completed run reaches it; pass --target-loss to choose another.",
+    )
 
 
 def _last(run: Run, key: str):
@@ -107,7 +113,7 @@ def estimate_parameters(run: Run) -> int | None:
         from blocklab.model import build_model, count_parameters
 
         cfg = ModelConfig(**model)
-        rough = cfg.vocab_size * cfg.d_model + cfg.n_layers * (4 * cfg.d_model ** 2 + 2 * cfg.d_model * cfg.d_ff)
+        rough = cfg.vocab_size * cfg.d_model + cfg.n_layers * (4 * cfg.d_model**2 + 2 * cfg.d_model * cfg.d_ff)
         with torch.device("meta") if rough > 20_000_000 else contextlib.nullcontext():
             return count_parameters(build_model(cfg))
     except Exception:  # noqa: BLE001 - an odd config only costs the column its value
@@ -177,20 +183,33 @@ def fmt_rate(x) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
 
-COLUMNS = [("label", "run"), ("block", "block"), ("params", "parameters"), ("tokens_per_s", "tokens/s"),
-           ("final_loss", "final train loss"), ("final_eval_loss", "final eval loss"),
-           ("best_eval_loss", "best eval loss"), ("steps_to_target", "steps to target"), ("status_text", "status")]
+COLUMNS = [
+    ("label", "run"),
+    ("block", "block"),
+    ("params", "parameters"),
+    ("tokens_per_s", "tokens/s"),
+    ("final_loss", "final train loss"),
+    ("final_eval_loss", "final eval loss"),
+    ("best_eval_loss", "best eval loss"),
+    ("steps_to_target", "steps to target"),
+    ("status_text", "status"),
+]
 
 
 def format_row(row: dict) -> dict[str, str]:
     reached = row["steps_to_target"]
     return {
-        "label": row["label"], "block": row["block"], "family": row.get("family", ""),
+        "label": row["label"],
+        "block": row["block"],
+        "family": row.get("family", ""),
         "params": fmt_params(row["params"]),
-        "tokens_per_s": fmt_rate(row["tokens_per_s"]), "final_loss": fmt_loss(row["final_loss"]),
-        "final_eval_loss": fmt_loss(row["final_eval_loss"]), "best_eval_loss": fmt_loss(row["best_eval_loss"]),
+        "tokens_per_s": fmt_rate(row["tokens_per_s"]),
+        "final_loss": fmt_loss(row["final_loss"]),
+        "final_eval_loss": fmt_loss(row["final_eval_loss"]),
+        "best_eval_loss": fmt_loss(row["best_eval_loss"]),
         "steps_to_target": str(reached) if reached is not None else "not reached",
-        "status_text": row["status_text"], "settings": row.get("settings", ""),
+        "status_text": row["status_text"],
+        "settings": row.get("settings", ""),
     }
 
 
@@ -222,8 +241,10 @@ def markdown_table(rows: list[dict], base=None, formatter=format_row) -> str:
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(h for _, h in cols) + " |",
-             "|" + "|".join("---" if k in TEXT_COLUMNS else "---:" for k, _ in cols) + "|"]
+    lines = [
+        "| " + " | ".join(h for _, h in cols) + " |",
+        "|" + "|".join("---" if k in TEXT_COLUMNS else "---:" for k, _ in cols) + "|",
+    ]
     for row in rows:
         f = formatter(row)
         lines.append("| " + " | ".join(cell(f[k]) for k, _ in cols) + " |")

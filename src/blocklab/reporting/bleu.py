@@ -1,4 +1,5 @@
 """BLEU against steps for translation runs (the `bleu` values of metrics.jsonl), and one sentence on them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,7 +53,9 @@ def bleu_table(runs: list[Run]) -> str | None:
         lines.append(f"{r.label:<32} {r.status:<12} {_num(final):>10} {_num(best):>9} {_num(ev, '.3f'):>15}")
     if not lines:
         return None
-    return f"{'run':<32} {'status':<12} {'final BLEU':>10} {'best BLEU':>9} {'final eval loss':>15}\n" + "\n".join(lines)
+    return f"{'run':<32} {'status':<12} {'final BLEU':>10} {'best BLEU':>9} {'final eval loss':>15}\n" + "\n".join(
+        lines
+    )
 
 
 def _num(x, fmt: str = ".2f") -> str:

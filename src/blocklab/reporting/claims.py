@@ -6,6 +6,7 @@ propagation at init (Xiong's Lemma 2 and Theorem 1, rank collapse). Every number
 from the rows or the probes.json the figure draws; when a comparison is not in the sweep, the
 sentence says what the figure shows instead.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,15 @@ def _context(group, ignore=IGNORED) -> tuple:
     experiment: a comparison never crosses two experiments of a sweep (He & Hofmann's Pre-LN is not the
     reference of Xiong et al.'s runs), even where their settings happen to match."""
     run = group.runs[0]
-    return (run.experiment,) + tuple(sorted((s, k, repr(v)) for s, vals in run.config.items() if isinstance(vals, dict)
-                                            for k, v in vals.items() if (s, k) not in ignore))
+    return (run.experiment,) + tuple(
+        sorted(
+            (s, k, repr(v))
+            for s, vals in run.config.items()
+            if isinstance(vals, dict)
+            for k, v in vals.items()
+            if (s, k) not in ignore
+        )
+    )
 
 
 def _lr(group) -> str:
@@ -61,8 +69,16 @@ def warmup_effects(pairs, key: str = "final_loss") -> list[dict]:
         warm = [it for it in items if it[0] > 0]
         if none and warm:
             best = min(warm, key=lambda it: it[1][key])
-            out.append({"block": block, "lr": _lr(none[0][2]), "without": none[0][1], "with": best[1],
-                        "warmup": best[0], "gap": none[0][1][key] - best[1][key]})
+            out.append(
+                {
+                    "block": block,
+                    "lr": _lr(none[0][2]),
+                    "without": none[0][1],
+                    "with": best[1],
+                    "warmup": best[0],
+                    "gap": none[0][1][key] - best[1][key],
+                }
+            )
     return out
 
 
@@ -71,9 +87,11 @@ def _warmup_clause(effects, key) -> str:
     several = len({e["lr"] for e in effects}) > 1
     for e in effects:
         at = f" at {e['lr']}" if several else ""
-        parts.append(f"{name(e['block'])}{at} {e['without'][key]:.2f}{_fate(e['without'])} without warm-up "
-                     f"against {e['with'][key]:.2f}{_fate(e['with'])} with {e['warmup']} steps "
-                     f"({e['gap']:+.2f})")
+        parts.append(
+            f"{name(e['block'])}{at} {e['without'][key]:.2f}{_fate(e['without'])} without warm-up "
+            f"against {e['with'][key]:.2f}{_fate(e['with'])} with {e['warmup']} steps "
+            f"({e['gap']:+.2f})"
+        )
     return "; ".join(parts)
 
 
@@ -86,18 +104,24 @@ def per_step_comparisons(pairs, key: str = "final_loss") -> list[dict]:
         r = ref.get(_context(g, IGNORED - {("train", "warmup_steps")}))
         if simplified(g.block) and r and row.get(key) is not None and r[1].get(key) is not None:
             params = (row["params"] / r[1]["params"] - 1) if row["params"] and r[1]["params"] else None
-            out.append({"block": g.block, "value": row[key], "ref": r[1][key], "params": params, "row": row,
-                        "lr": _lr(g)})
+            out.append(
+                {"block": g.block, "value": row[key], "ref": r[1][key], "params": params, "row": row, "lr": _lr(g)}
+            )
     return out
 
 
 def _per_step_clause(comps, key) -> str:
     parts = []
     for c in comps:
-        p = f", {abs(c['params']):.0%} {'fewer' if c['params'] < 0 else 'more'} parameters" \
-            if c["params"] is not None else ""
-        parts.append(f"{name(c['block'])} {c['value']:.2f}{_fate(c['row'])} against Pre-LN's {c['ref']:.2f} "
-                     f"({c['value'] - c['ref']:+.2f}{p})")
+        p = (
+            f", {abs(c['params']):.0%} {'fewer' if c['params'] < 0 else 'more'} parameters"
+            if c["params"] is not None
+            else ""
+        )
+        parts.append(
+            f"{name(c['block'])} {c['value']:.2f}{_fate(c['row'])} against Pre-LN's {c['ref']:.2f} "
+            f"({c['value'] - c['ref']:+.2f}{p})"
+        )
     return "; ".join(parts)
 
 
@@ -153,8 +177,10 @@ def time_sentence(pairs) -> str:
         return "Per second of training: the same losses spread by each run's throughput (tokens/s in the table)."
     pre = sum(ref) / len(ref)
     parts = [f"{name(b)} {sum(v) / len(v) / pre:.2f}x" for b, v in rates.items() if b != "pre-ln"]
-    return ("Per second rather than per step, each block moves by its throughput relative to Pre-LN's "
-            f"{pre:,.0f} tokens/s: " + ", ".join(parts) + " (measured on a shared machine: timings are noisy).")
+    return (
+        "Per second rather than per step, each block moves by its throughput relative to Pre-LN's "
+        f"{pre:,.0f} tokens/s: " + ", ".join(parts) + " (measured on a shared machine: timings are noisy)."
+    )
 
 
 def heatmap_sentence(pairs) -> str:
@@ -170,11 +196,15 @@ def heatmap_sentence(pairs) -> str:
     stuck = [b for b, st in statuses.items() if set(st) == {"stalled"}]
     calm = [name(b) for b, es in by_block.items() if b not in stuck and all(e["gap"] <= 0.1 for e in es)]
     stuck = [f"{name(b)} stalled in all {len(statuses[b])} cells" for b in stuck]
-    return ("Cost of no warm-up (final training loss without warm-up minus the best warm-up's, per learning "
-            "rate): " + ", ".join(parts)
-            + f"; {name(worst)} needs warm-up most" + (f", while no warm-up costs {', '.join(calm)} at most "
-                                                      "0.1 nats (negative: better without)" if calm else "")
-            + (f"; {', '.join(stuck)}" if stuck else "") + ".")
+    return (
+        "Cost of no warm-up (final training loss without warm-up minus the best warm-up's, per learning "
+        "rate): "
+        + ", ".join(parts)
+        + f"; {name(worst)} needs warm-up most"
+        + (f", while no warm-up costs {', '.join(calm)} at most 0.1 nats (negative: better without)" if calm else "")
+        + (f"; {', '.join(stuck)}" if stuck else "")
+        + "."
+    )
 
 
 def gains_sentence(run) -> str:
@@ -190,9 +220,11 @@ def gains_sentence(run) -> str:
         if k.startswith("gain/") and k in last:
             kind = k.split(".", 1)[1].split(".h")[0]
             kinds.setdefault(kind, []).append((first[k], last[k]))
-    parts = [f"{kind} {sum(a for a, _ in v) / len(v):.2f} -> {sum(b for _, b in v) / len(v):.2f}"
-             for kind, v in sorted(kinds.items())]
-    return (f"Mean over layers and heads, step {first['step']} to {last['step']}: " + ", ".join(parts) + ".")
+    parts = [
+        f"{kind} {sum(a for a, _ in v) / len(v):.2f} -> {sum(b for _, b in v) / len(v):.2f}"
+        for kind, v in sorted(kinds.items())
+    ]
+    return f"Mean over layers and heads, step {first['step']} to {last['step']}: " + ", ".join(parts) + "."
 
 
 def probe_sentences(result: dict) -> dict[str, str]:
@@ -203,28 +235,45 @@ def probe_sentences(result: dict) -> dict[str, str]:
         res = result["results"]
         depths = sorted(int(k) for k in next(iter(res.values())))
         lo, hi = str(depths[0]), str(depths[-1])
-        norms = {b: (v[lo]["hidden_sq_norm"]["mean"][-1] / d, v[hi]["hidden_sq_norm"]["mean"][-1] / d)
-                 for b, v in res.items()}
-        out["hidden_norms"] = ("|x_L|^2/d from L=" + lo + " to L=" + hi + ": " + ", ".join(
-            f"{name(b)} {a:.2f} -> {z:.2f}" for b, (a, z) in norms.items())
-            + " (Lemma 2: Post-LN flat, Pre-LN growing about linearly with L).")
+        norms = {
+            b: (v[lo]["hidden_sq_norm"]["mean"][-1] / d, v[hi]["hidden_sq_norm"]["mean"][-1] / d)
+            for b, v in res.items()
+        }
+        out["hidden_norms"] = (
+            "|x_L|^2/d from L="
+            + lo
+            + " to L="
+            + hi
+            + ": "
+            + ", ".join(f"{name(b)} {a:.2f} -> {z:.2f}" for b, (a, z) in norms.items())
+            + " (Lemma 2: Post-LN flat, Pre-LN growing about linearly with L)."
+        )
         grads = {}
         for b, v in res.items():
-            ratios = [s["mean"][-1] / s["mean"][0] for s in v[hi]["grad_norm"].values()
-                      if s["mean"] and s["mean"][0] and s["mean"][-1] is not None and s["mean"][0] is not None]
+            ratios = [
+                s["mean"][-1] / s["mean"][0]
+                for s in v[hi]["grad_norm"].values()
+                if s["mean"] and s["mean"][0] and s["mean"][-1] is not None and s["mean"][0] is not None
+            ]
             if ratios:
                 grads[b] = math.exp(sum(math.log(r) for r in ratios if r > 0) / max(1, len(ratios)))
-        out["grad_norms"] = (f"Last-layer over first-layer gradient norm at L={hi} (geometric mean over weights): "
-                             + ", ".join(f"{name(b)} {r:.2f}" for b, r in grads.items())
-                             + " (Xiong Fig. 3: Post-LN above 1, growing toward the output; Pre-LN about 1).")
+        out["grad_norms"] = (
+            f"Last-layer over first-layer gradient norm at L={hi} (geometric mean over weights): "
+            + ", ".join(f"{name(b)} {r:.2f}" for b, r in grads.items())
+            + " (Xiong Fig. 3: Post-LN above 1, growing toward the output; Pre-LN about 1)."
+        )
         slopes = {b: v.get("slope") for b, v in result.get("last_ffn_vs_depth", {}).items()}
-        out["last_ffn_grad"] = ("Log-log slope of the last FFN gradient against depth: " + ", ".join(
-            f"{name(b)} {s:+.2f}" for b, s in slopes.items() if s is not None)
-            + " (Theorem 1: Post-LN 0, Pre-LN -0.5).")
+        out["last_ffn_grad"] = (
+            "Log-log slope of the last FFN gradient against depth: "
+            + ", ".join(f"{name(b)} {s:+.2f}" for b, s in slopes.items() if s is not None)
+            + " (Theorem 1: Post-LN 0, Pre-LN -0.5)."
+        )
         cos = {b: v[hi]["cosine_similarity"]["mean"][-1] for b, v in res.items()}
-        out["cosine_similarity"] = (f"Token cosine similarity at the last layer of L={hi}: " + ", ".join(
-            f"{name(b)} {c:.2f}" for b, c in cos.items())
-            + " (rank collapse when it nears 1; shaped attention should stay near the input's).")
+        out["cosine_similarity"] = (
+            f"Token cosine similarity at the last layer of L={hi}: "
+            + ", ".join(f"{name(b)} {c:.2f}" for b, c in cos.items())
+            + " (rank collapse when it nears 1; shaped attention should stay near the input's)."
+        )
     except (KeyError, TypeError, ValueError, IndexError, StopIteration, ZeroDivisionError):
         pass
     return out

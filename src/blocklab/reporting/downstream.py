@@ -9,6 +9,7 @@ them (`reference`); from checkpoints along pre-training (`steps`), the score aga
 pre-training step per run (Xiong et al. Fig. 4) and the step at which each run first reaches another
 run's final score.
 """
+
 from __future__ import annotations
 
 import json
@@ -85,7 +86,7 @@ def table(root: Path, runs: list[Run], stage: dict, reference: dict | None, ref_
         if not any(results):
             continue
         s = r.summary or {}
-        speed = (f"{s['tokens_per_s'] / base_tps:.2f}x" if base_tps and s.get("tokens_per_s") else "n/a")
+        speed = f"{s['tokens_per_s'] / base_tps:.2f}x" if base_tps and s.get("tokens_per_s") else "n/a"
         failed = sum(x["failed"] for x in results if x)
         seeds = sum(len(x["seeds"]) for x in results if x)
         label = r.label if r.status == "completed" else f"{r.label} [pre-training {_status(s)}]"
@@ -101,8 +102,12 @@ def table(root: Path, runs: list[Run], stage: dict, reference: dict | None, ref_
     if len(rows) == 1:
         return ""
     if baselines and all(b is not None for b in baselines):
-        rows.append(["majority class", "", ""] + [f"{b:.1f}" for b in baselines]
-                    + [f"{statistics.fmean(baselines):.1f}", ""] + (["", "", ""] if reference else []))
+        rows.append(
+            ["majority class", "", ""]
+            + [f"{b:.1f}" for b in baselines]
+            + [f"{statistics.fmean(baselines):.1f}", ""]
+            + (["", "", ""] if reference else [])
+        )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
@@ -112,7 +117,9 @@ def _status(summary: dict) -> str:
     return f"{status} at step {summary['diverged_step']}" if summary.get("diverged_step") else status
 
 
-def along_pretraining(root: Path, runs: list[Run], stage: dict) -> tuple[dict[str, list[tuple[int, float]]], float | None]:
+def along_pretraining(
+    root: Path, runs: list[Run], stage: dict
+) -> tuple[dict[str, list[tuple[int, float]]], float | None]:
     """({run label: [(pre-training step, score)]} for the runs fine-tuned at every step, the majority-class
     baseline's score (mean over the tasks))."""
     out, baseline = {}, None
@@ -155,15 +162,22 @@ def reach_sentences(curves: dict, baseline: float | None = None) -> list[str]:
     out = []
     flat = [b for b, pb in curves.items() if baseline is not None and pb[-1][1] <= baseline]
     if flat:
-        out.append(f"At or below the majority-class baseline ({baseline:.1f}) at the end: {', '.join(flat)}; "
-                   "no step to reach for those.")
+        out.append(
+            f"At or below the majority-class baseline ({baseline:.1f}) at the end: {', '.join(flat)}; "
+            "no step to reach for those."
+        )
     for a, pa in curves.items():
         for b, pb in curves.items():
             if a == b or b in flat:
                 continue
             target = pb[-1][1]
             hit = next((step for step, sc in pa if sc >= target), None)
-            out.append(f"{a} reaches {b}'s final score ({target:.1f}) " +
-                       (f"at step {hit} ({hit / pb[-1][0]:.0%} of {b}'s {pb[-1][0]} steps)." if hit is not None
-                        else "at none of its checkpoints."))
+            out.append(
+                f"{a} reaches {b}'s final score ({target:.1f}) "
+                + (
+                    f"at step {hit} ({hit / pb[-1][0]:.0%} of {b}'s {pb[-1][0]} steps)."
+                    if hit is not None
+                    else "at none of its checkpoints."
+                )
+            )
     return out

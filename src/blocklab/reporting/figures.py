@@ -5,6 +5,7 @@ has one colour in every figure (its BlockSpec's `colour`) and each family its ow
 curves stay apart; runs of the same block differ by line style and shade. Legends list the runs by family,
 then block (runs.family_order).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,21 +26,31 @@ FAMILY_STYLES = {"classic": "-", "simplified": "--", "successor": "-.", "ablatio
 DPI = 100
 
 PROBE_CAPTIONS = {  # name in blocklab.probes.plots.FIGURES -> (title, caption)
-    "hidden_norms": ("Hidden-state norm per layer",
-                     "Squared hidden-state norm per layer at initialisation (Xiong et al. Lemma 2: Post-LN flat, "
-                     "Pre-LN growing about linearly); predictions dashed."),
-    "grad_norms": ("Weight gradient norms per layer",
-                   "Gradient norm of every weight per layer at initialisation (Xiong et al. Fig. 3 a/b: Post-LN "
-                   "growing toward the output, Pre-LN flat)."),
-    "last_ffn_grad": ("Last FFN gradient against depth",
-                      "Gradient norm of the last FFN output weight against depth (Xiong et al. Theorem 1: Post-LN "
-                      "constant, Pre-LN shrinking like 1/sqrt(L))."),
-    "cosine_similarity": ("Token cosine similarity per layer",
-                          "Mean pairwise cosine similarity of token representations per layer (rank collapse: "
-                          "skipless softmax attention tends to 1, shaped attention does not)."),
-    "model_update": ("Model update against depth",
-                     "How far one first Adam step (lr 1e-3) moves the logits, against depth (DeepNet Fig. 3 and "
-                     "Theorem 4.1: Post-LN's update grows with depth, DeepNorm's stays bounded; its bound dashed)."),
+    "hidden_norms": (
+        "Hidden-state norm per layer",
+        "Squared hidden-state norm per layer at initialisation (Xiong et al. Lemma 2: Post-LN flat, "
+        "Pre-LN growing about linearly); predictions dashed.",
+    ),
+    "grad_norms": (
+        "Weight gradient norms per layer",
+        "Gradient norm of every weight per layer at initialisation (Xiong et al. Fig. 3 a/b: Post-LN "
+        "growing toward the output, Pre-LN flat).",
+    ),
+    "last_ffn_grad": (
+        "Last FFN gradient against depth",
+        "Gradient norm of the last FFN output weight against depth (Xiong et al. Theorem 1: Post-LN "
+        "constant, Pre-LN shrinking like 1/sqrt(L)).",
+    ),
+    "cosine_similarity": (
+        "Token cosine similarity per layer",
+        "Mean pairwise cosine similarity of token representations per layer (rank collapse: "
+        "skipless softmax attention tends to 1, shaped attention does not).",
+    ),
+    "model_update": (
+        "Model update against depth",
+        "How far one first Adam step (lr 1e-3) moves the logits, against depth (DeepNet Fig. 3 and "
+        "Theorem 4.1: Post-LN's update grows with depth, DeepNorm's stays bounded; its bound dashed).",
+    ),
 }
 
 
@@ -120,8 +131,12 @@ def _time_unit(seconds: float) -> tuple[float, str]:
 
 def unigram_entropies(runs: list[Run]) -> list[float]:
     """The distinct unigram entropies the runs' summaries record (one per training split)."""
-    values = {round(float(h), 4) for r in runs for h in [(r.summary or {}).get("unigram_entropy")]
-              if isinstance(h, (int, float)) and math.isfinite(h)}
+    values = {
+        round(float(h), 4)
+        for r in runs
+        for h in [(r.summary or {}).get("unigram_entropy")]
+        if isinstance(h, (int, float)) and math.isfinite(h)
+    }
     return sorted(values)
 
 
@@ -136,8 +151,16 @@ def _end_marker(ax, run: Run, xs, ys, colour) -> None:
     """Diverged runs end in a cross, stalled runs in an open circle."""
     marker = {"diverged": "x", "stalled": "o"}.get(run.status)
     if marker and len(xs):
-        ax.plot(xs[-1:], ys[-1:], marker=marker, ms=9, mew=2, color=colour, ls="none",
-                mfc="none" if marker == "o" else colour)
+        ax.plot(
+            xs[-1:],
+            ys[-1:],
+            marker=marker,
+            ms=9,
+            mew=2,
+            color=colour,
+            ls="none",
+            mfc="none" if marker == "o" else colour,
+        )
 
 
 def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path | None:
@@ -162,11 +185,21 @@ def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path
         grouped = sizes[r.group] > 1 and x == "step"
         if not grouped:
             ax.plot(xs, raw, color=colour, lw=0.6, alpha=0.25)
-        label = None if r.group in labelled else (
-            f"{r.group_label} [{r.block}]" + (f", mean of {sizes[r.group]} seeds" if grouped else ""))
+        label = (
+            None
+            if r.group in labelled
+            else (f"{r.group_label} [{r.block}]" + (f", mean of {sizes[r.group]} seeds" if grouped else ""))
+        )
         labelled.add(r.group)
-        ax.plot(xs, sm, color=colour, ls=ls, lw=0.8 if grouped else 1.6, alpha=0.6 if grouped else 1.0,
-                label=None if grouped else label)
+        ax.plot(
+            xs,
+            sm,
+            color=colour,
+            ls=ls,
+            lw=0.8 if grouped else 1.6,
+            alpha=0.6 if grouped else 1.0,
+            label=None if grouped else label,
+        )
         _end_marker(ax, r, xs, sm, colour)
         if grouped and label is not None:
             mc = mean_curve([q for q, *_ in curves if q.group == r.group])
@@ -185,8 +218,11 @@ def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path
     if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
         pad = 0.05 * (hi - lo)
         ax.set_ylim(lo - pad, hi + pad)
-    win = "every logged point" if windows == {1} else \
-        "moving average over " + "/".join(str(w) for w in sorted(windows)) + " logged points; raw faint"
+    win = (
+        "every logged point"
+        if windows == {1}
+        else "moving average over " + "/".join(str(w) for w in sorted(windows)) + " logged points; raw faint"
+    )
     if x == "step":
         ax.set_xlabel("training step")
         ax.set_title(f"Training loss against steps ({win})")
@@ -212,8 +248,9 @@ def plot_eval_series(ax, runs: list[Run], key: str) -> int:
             continue
         colour, ls = styles[r.name]
         seeds = sum(1 for q in runs if q.group == r.group)
-        label = None if r.group in labelled else \
-            f"{r.group_label} [{r.block}]" + (f", {seeds} seeds" if seeds > 1 else "")
+        label = (
+            None if r.group in labelled else f"{r.group_label} [{r.block}]" + (f", {seeds} seeds" if seeds > 1 else "")
+        )
         labelled.add(r.group)
         ax.plot(xs, ys, color=colour, ls=ls, marker="o", ms=3.5, lw=1.4, label=label)
         _end_marker(ax, r, xs, ys, colour)
@@ -258,8 +295,12 @@ def probe_figures(root: Path, figures: Path) -> list[tuple[Path, str, str]]:
         return []
     from blocklab.probes import plots
 
-    drawers = {"hidden_norms": plots.plot_hidden_norms, "grad_norms": plots.plot_grad_norms,
-               "last_ffn_grad": plots.plot_last_ffn_grad, "cosine_similarity": plots.plot_cosine}
+    drawers = {
+        "hidden_norms": plots.plot_hidden_norms,
+        "grad_norms": plots.plot_grad_norms,
+        "last_ffn_grad": plots.plot_last_ffn_grad,
+        "cosine_similarity": plots.plot_cosine,
+    }
     result = None
     out = []
     for name, file in plots.FIGURES.items():

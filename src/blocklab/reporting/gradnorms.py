@@ -12,6 +12,7 @@ Three moments per run, each a logged row:
 - end: the last row with gradient norms.
 Rows, and so layers, are those the run logged; nothing is interpolated.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,11 @@ from blocklab.reporting.runs import Run
 PREFIX = "grad/"
 ROLE_ORDER = ("attn.q", "attn.k", "attn.v", "attn.proj", "mlp.fc1", "mlp.fc2")
 MOMENTS = ("init", "warmup", "end")
-MOMENT_TITLES = {"init": "init (first logged step: step 1)", "warmup": "after warm-up (first logged step >= warm-up)",
-                 "end": "end (last logged step)"}
+MOMENT_TITLES = {
+    "init": "init (first logged step: step 1)",
+    "warmup": "after warm-up (first logged step >= warm-up)",
+    "end": "end (last logged step)",
+}
 FIGURE = "grad_norms_training.png"
 
 
@@ -32,7 +36,7 @@ def _split(key: str, stack: str) -> tuple[int, str] | None:
     """'grad/L3.mlp.fc2' -> (3, 'mlp.fc2') for stack 'L'; None for other keys."""
     if not key.startswith(PREFIX + stack):
         return None
-    layer, _, role = key[len(PREFIX) + len(stack):].partition(".")
+    layer, _, role = key[len(PREFIX) + len(stack) :].partition(".")
     return (int(layer), role) if layer.isdigit() and role else None
 
 
@@ -74,8 +78,9 @@ def roles(runs: list[Run], stack: str = "L") -> list[str]:
     return [r for r in ROLE_ORDER if r in found] + sorted(found - set(ROLE_ORDER))
 
 
-def plot_grad_norms_training(runs: list[Run], path: Path, stack: str = "L",
-                             only: list[str] | None = None) -> Path | None:
+def plot_grad_norms_training(
+    runs: list[Run], path: Path, stack: str = "L", only: list[str] | None = None
+) -> Path | None:
     """Gradient norm against layer index, one row of panels per weight role (`only`: these roles) and
     one column per moment (init, after warm-up, end), one line per seed group's run in its colour;
     log y, shared along a row so a role's moments compare directly. None when no run has norms."""
@@ -117,9 +122,11 @@ def plot_grad_norms_training(runs: list[Run], path: Path, stack: str = "L",
                 ax.set_ylabel("|dLoss/dW| (Frobenius)", fontsize=8)
     entries = [e for ax in axes.flat for e in zip(*ax.get_legend_handles_labels())]
     fig.legend(*zip(*entries), loc="upper center", fontsize=7, ncol=min(2, len(entries)), bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle("Gradient norm of each weight per layer during training (Xiong et al. Fig. 3: Post-LN's grow\n"
-                 "toward the output at init, Pre-LN's are flat; the run's steps for each column in the legend)",
-                 fontsize=9)
+    fig.suptitle(
+        "Gradient norm of each weight per layer during training (Xiong et al. Fig. 3: Post-LN's grow\n"
+        "toward the output at init, Pre-LN's are flat; the run's steps for each column in the legend)",
+        fontsize=9,
+    )
     fig.tight_layout()
     return _save(fig, Path(path))
 
@@ -133,8 +140,12 @@ def grad_norm_ratios(runs: list[Run], role: str = "mlp.fc2", stack: str = "L") -
         m = moments(r, stack)
         if not m:
             continue
-        row = {"run": r.label, "block": r.block, "layers": len(profile(m["end"], role, stack)[0]) or None,
-               "warmup_steps": warmup_steps(r)}
+        row = {
+            "run": r.label,
+            "block": r.block,
+            "layers": len(profile(m["end"], role, stack)[0]) or None,
+            "warmup_steps": warmup_steps(r),
+        }
         for c in MOMENTS:
             xs, ys = profile(m[c], role, stack) if m[c] else ([], [])
             row[f"{c}_step"] = m[c]["step"] if m[c] else None
@@ -155,8 +166,12 @@ def grad_norm_table_md(runs: list[Run], role: str = "mlp.fc2", stack: str = "L")
     rows = grad_norm_ratios(runs, role, stack)
     if not rows:
         return None
-    lines = [f"| run | block | layers | {role} last/first layer: init | after warm-up | end |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['run']} | {r['block']} | {r['layers'] or '-'} | " + " | ".join(_cell(r, c) for c in MOMENTS)
-              + " |" for r in rows]
+    lines = [
+        f"| run | block | layers | {role} last/first layer: init | after warm-up | end |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['run']} | {r['block']} | {r['layers'] or '-'} | " + " | ".join(_cell(r, c) for c in MOMENTS) + " |"
+        for r in rows
+    ]
     return "\n".join(lines)

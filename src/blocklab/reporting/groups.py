@@ -3,6 +3,7 @@
 Spread is the sample standard deviation over the seeds (n - 1 in the denominator) and, in the
 curves, the band between the lowest and the highest seed. A group of one run is that run.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,9 +62,17 @@ def status_summary(rows: list[dict]) -> str:
 
 
 def group_row(g: Group) -> dict:
-    row = {"group": g.name, "label": g.label, "block": g.block, "family": g.runs[0].family, "n": len(g.runs),
-           "params": g.rows[0]["params"], "settings": g.rows[0].get("settings", ""),
-           "status_text": status_summary(g.rows), "statuses": [r["status"] for r in g.rows]}
+    row = {
+        "group": g.name,
+        "label": g.label,
+        "block": g.block,
+        "family": g.runs[0].family,
+        "n": len(g.runs),
+        "params": g.rows[0]["params"],
+        "settings": g.rows[0].get("settings", ""),
+        "status_text": status_summary(g.rows),
+        "statuses": [r["status"] for r in g.rows],
+    }
     for key in NUMERIC:
         row[key], row[f"{key}_sd"], row[f"{key}_n"] = mean_sd(r[key] for r in g.rows)
     return row
@@ -75,10 +84,18 @@ def _pm(mean, sd, fmt) -> str:
     return fmt(mean) if sd is None else f"{fmt(mean)} ± {fmt(sd)}"
 
 
-GROUP_COLUMNS = [("label", "run"), ("block", "block"), ("n", "seeds"), ("params", "parameters"),
-                 ("tokens_per_s", "tokens/s"), ("final_loss", "final train loss"),
-                 ("final_eval_loss", "final eval loss"), ("best_eval_loss", "best eval loss"),
-                 ("steps_to_target", "steps to target"), ("status_text", "status")]
+GROUP_COLUMNS = [
+    ("label", "run"),
+    ("block", "block"),
+    ("n", "seeds"),
+    ("params", "parameters"),
+    ("tokens_per_s", "tokens/s"),
+    ("final_loss", "final train loss"),
+    ("final_eval_loss", "final eval loss"),
+    ("best_eval_loss", "best eval loss"),
+    ("steps_to_target", "steps to target"),
+    ("status_text", "status"),
+]
 
 
 def format_group_row(row: dict) -> dict[str, str]:
@@ -90,13 +107,20 @@ def format_group_row(row: dict) -> dict[str, str]:
         steps_text = _pm(steps, row["steps_to_target_sd"], lambda x: f"{x:.0f}")
         if reached < row["n"]:
             steps_text += f" ({reached} of {row['n']} reached)"
-    return {"label": row["label"], "block": row["block"], "family": row.get("family", ""), "n": str(row["n"]),
-            "params": fmt_params(row["params"]),
-            "tokens_per_s": _pm(row["tokens_per_s"], row["tokens_per_s_sd"], fmt_rate),
-            "final_loss": _pm(row["final_loss"], row["final_loss_sd"], fmt_loss),
-            "final_eval_loss": _pm(row["final_eval_loss"], row["final_eval_loss_sd"], fmt_loss),
-            "best_eval_loss": _pm(row["best_eval_loss"], row["best_eval_loss_sd"], fmt_loss),
-            "steps_to_target": steps_text, "status_text": row["status_text"], "settings": row["settings"]}
+    return {
+        "label": row["label"],
+        "block": row["block"],
+        "family": row.get("family", ""),
+        "n": str(row["n"]),
+        "params": fmt_params(row["params"]),
+        "tokens_per_s": _pm(row["tokens_per_s"], row["tokens_per_s_sd"], fmt_rate),
+        "final_loss": _pm(row["final_loss"], row["final_loss_sd"], fmt_loss),
+        "final_eval_loss": _pm(row["final_eval_loss"], row["final_eval_loss_sd"], fmt_loss),
+        "best_eval_loss": _pm(row["best_eval_loss"], row["best_eval_loss_sd"], fmt_loss),
+        "steps_to_target": steps_text,
+        "status_text": row["status_text"],
+        "settings": row["settings"],
+    }
 
 
 def group_columns(rows: list[dict]) -> list[tuple[str, str]]:

@@ -4,6 +4,7 @@ Each cell is one seed group: its mean final (smoothed) training loss, which ever
 that stalled before its first evaluation. Diverged cells are grey and marked "div"; a cell with a
 stalled seed is marked "stall". One colour scale for every panel, so blocks compare cell by cell.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,6 +32,7 @@ def warmup_grid(groups) -> dict | None:
             continue
         panel = f"{g.block}, {run.cfg('train', 'optimizer')}" if len(optimizers) > 1 else g.block
         grid.setdefault(panel, {})[(w, lr)] = (cell_value(row), row["statuses"])
+
     def crossed(cells) -> bool:  # at least a 2 x 2 grid: both settings varied together
         return len(cells) >= 4 and len({w for w, _ in cells}) >= 2 and len({lr for _, lr in cells}) >= 2
 
@@ -47,8 +49,12 @@ def plot_warmup_heatmap(groups, path: Path) -> Path | None:
         return None
     warmups = sorted({w for cells in grid.values() for w, _ in cells})
     lrs = sorted({lr for cells in grid.values() for _, lr in cells})
-    values = [v for cells in grid.values() for v, st in cells.values()
-              if v is not None and math.isfinite(v) and "diverged" not in st]
+    values = [
+        v
+        for cells in grid.values()
+        for v, st in cells.values()
+        if v is not None and math.isfinite(v) and "diverged" not in st
+    ]
     if not values:
         return None
     vmin, vmax = min(values), max(values)
@@ -63,16 +69,29 @@ def plot_warmup_heatmap(groups, path: Path) -> Path | None:
         for (w, lr), (v, st) in cells.items():
             if v is not None and "diverged" not in st:
                 data[warmups.index(w), lrs.index(lr)] = v
-        image = ax.imshow(np.ma.masked_invalid(data), cmap="viridis_r", vmin=vmin, vmax=max(vmax, vmin + 1e-6),
-                          aspect="auto", origin="lower")
+        image = ax.imshow(
+            np.ma.masked_invalid(data),
+            cmap="viridis_r",
+            vmin=vmin,
+            vmax=max(vmax, vmin + 1e-6),
+            aspect="auto",
+            origin="lower",
+        )
         ax.set_facecolor("0.8")
         for (w, lr), (v, st) in cells.items():
             i, j = warmups.index(w), lrs.index(lr)
             text = "div" if "diverged" in st else ("-" if v is None else f"{v:.2f}")
             if "stalled" in st:
                 text += "\nstall"
-            ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                    color="black" if v is None or "diverged" in st or v > (vmin + vmax) / 2 else "white")
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if v is None or "diverged" in st or v > (vmin + vmax) / 2 else "white",
+            )
         ax.set_title(block, fontsize=10)
         ax.set_xticks(range(len(lrs)), [f"{lr:g}" for lr in lrs], fontsize=8)
         ax.set_yticks(range(len(warmups)), [str(w) for w in warmups], fontsize=8)

@@ -4,6 +4,7 @@ The page: the settings every run shares, once; then each part (reporting/parts.p
 figures, under its experiment's heading when the sweep names experiments; then the sections about the
 whole sweep (init probes, gains, downstream). Tables list runs by family, then block.
 """
+
 from __future__ import annotations
 
 import base64
@@ -80,11 +81,14 @@ def _table_html(rows: list[dict], grouped: bool = False, suffix: str = "") -> st
         start = " family-start" if several and previous is not None and family != previous else ""
         previous = family
         key = "group" if grouped else "run"
-        body.append(f'<tr class="status-{_e(status)}{start}" data-{key}="{_e(row[key])}" '
-                    f'data-family="{_e(family)}">{"".join(cells)}</tr>')
+        body.append(
+            f'<tr class="status-{_e(status)}{start}" data-{key}="{_e(row[key])}" '
+            f'data-family="{_e(family)}">{"".join(cells)}</tr>'
+        )
     table_id = ("groups" if grouped else "runs") + suffix
-    return (f'<table id="{_e(table_id)}"><thead><tr>{head}</tr></thead>\n<tbody>\n'
-            + "\n".join(body) + "\n</tbody></table>")
+    return (
+        f'<table id="{_e(table_id)}"><thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(body) + "\n</tbody></table>"
+    )
 
 
 def _settings_html(shared: dict, usual: dict | None = None) -> str:
@@ -93,8 +97,11 @@ def _settings_html(shared: dict, usual: dict | None = None) -> str:
 
 
 def _figure_html(fig) -> str:
-    cap = f"<figcaption><b>{_e(fig.title)}.</b> {_e(fig.caption)}</figcaption>" if fig.caption else \
-        f"<figcaption><b>{_e(fig.title)}</b></figcaption>"
+    cap = (
+        f"<figcaption><b>{_e(fig.title)}.</b> {_e(fig.caption)}</figcaption>"
+        if fig.caption
+        else f"<figcaption><b>{_e(fig.title)}</b></figcaption>"
+    )
     return f'<figure><img src="{data_uri(fig.path)}" alt="{_e(fig.title)}">{cap}</figure>'
 
 
@@ -103,16 +110,22 @@ def _configs_html(report) -> str:
     for r in report.runs:
         cfg = r.path / "config.toml"
         if r.exists and cfg.is_file():
-            parts.append(f"<details><summary>{_e(r.label)} <code>{_e(r.name)}</code></summary>"
-                         f"<pre>{_e(cfg.read_text(errors='replace'))}</pre></details>")
+            parts.append(
+                f"<details><summary>{_e(r.label)} <code>{_e(r.name)}</code></summary>"
+                f"<pre>{_e(cfg.read_text(errors='replace'))}</pre></details>"
+            )
     return "\n".join(parts)
 
 
 def _text_table_html(t) -> str:
     """A parts.Table as an HTML table (never its Markdown pipes in a <pre>), its notes under it."""
     head = "".join(f"<th>{_e(c)}</th>" for c in t.columns)
-    body = "\n".join("<tr>" + "".join(f'<td class="num">{_e(c)}</td>' if i in t.numeric else f"<td>{_e(c)}</td>"
-                                      for i, c in enumerate(row)) + "</tr>" for row in t.rows)
+    body = "\n".join(
+        "<tr>"
+        + "".join(f'<td class="num">{_e(c)}</td>' if i in t.numeric else f"<td>{_e(c)}</td>" for i, c in enumerate(row))
+        + "</tr>"
+        for row in t.rows
+    )
     notes = "".join(f'<p class="target">{_e(n)}</p>' for n in t.notes)
     return f'<table id="{_e(t.id)}"><thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>{notes}'
 
@@ -121,8 +134,10 @@ def _text_table_md(t) -> list[str]:
     def cell(text) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(cell(c) for c in t.columns) + " |",
-             "|" + "|".join("---:" if i in t.numeric else "---" for i in range(len(t.columns))) + "|"]
+    lines = [
+        "| " + " | ".join(cell(c) for c in t.columns) + " |",
+        "|" + "|".join("---:" if i in t.numeric else "---" for i in range(len(t.columns))) + "|",
+    ]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in t.rows]
     return lines + [""] + [x for n in t.notes for x in (n, "")]
 
@@ -159,10 +174,14 @@ def _part_html(report, part) -> list[str]:
 
 
 def to_html(report) -> str:
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{_e(report.title)}</title>", f"<style>{CSS}</style></head><body>",
-           f"<h1>{_e(report.title)}</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(report.title)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{_e(report.title)}</h1>",
+    ]
     if report.description:
         out.append(f'<p class="description">{_e(report.description)}</p>')
     out.append('<dl class="meta">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in report.meta) + "</dl>")
@@ -243,6 +262,7 @@ def to_markdown(report) -> str:
             out += ["## Runs: mean ± sd over seeds", "", report.group_table_md, ""]
         out += ["## Runs", "", report.table_md, ""] + notes
         out += _sections_md(report, report.sections, "##")
-    out += ["## Run folders", ""] + [f"- {r.label}: `{r.name}`" + ("" if r.exists else " (not started)")
-                                     for r in report.runs]
+    out += ["## Run folders", ""] + [
+        f"- {r.label}: `{r.name}`" + ("" if r.exists else " (not started)") for r in report.runs
+    ]
     return "\n".join(out) + "\n"

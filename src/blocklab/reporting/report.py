@@ -1,4 +1,5 @@
 """`write_report(DIR)`: read the runs of a sweep, draw the figures, write report.html and report.md."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -24,8 +25,18 @@ __all__ = ["Figure", "Part", "Report", "Section", "build_report", "generate_repo
 FIGURES_DIR = "figures"
 # The figures this module writes into figures/ (removed before each report, so none goes stale); an
 # experiment's loss figures carry its name (loss_vs_step_he.png).
-_OWN = ("loss_vs_step*.png", "loss_vs_time*.png", "eval_loss*.png", "warmup_heatmap*.png", "gains_*.png",
-        "probes_*.png", "bleu*.png", "grad_norms_training*.png", downstream.FIGURE, *VERDICT_FIGURES)
+_OWN = (
+    "loss_vs_step*.png",
+    "loss_vs_time*.png",
+    "eval_loss*.png",
+    "warmup_heatmap*.png",
+    "gains_*.png",
+    "probes_*.png",
+    "bleu*.png",
+    "grad_norms_training*.png",
+    downstream.FIGURE,
+    *VERDICT_FIGURES,
+)
 
 
 @dataclass
@@ -34,7 +45,7 @@ class Report:
     title: str
     description: str
     meta: list[tuple[str, str]]
-    parts: list[Part]        # one per experiment of the sweep; one in all for a sweep without experiments
+    parts: list[Part]  # one per experiment of the sweep; one in all for a sweep without experiments
     notes: list[str]
     sections: list[Section]  # page order; a Section's `part` names the Part it belongs to
     shared: dict = field(default_factory=dict)  # settings every run shares (settings.shared_settings)
@@ -130,8 +141,14 @@ def _meta(root: Path, runs: list[Run], sweep: dict) -> list[tuple[str, str]]:
         meta.insert(3, ("Expected cost", str(sweep["expected_cost"])))
     tuning = sweep.get("tuning")
     if isinstance(tuning, list) and tuning:  # load_runs left them out of the tables: say where they are
-        meta.insert(3, ("Tuning runs", f"{len(tuning)}, not in the runs tables: their scores are drawn against "
-                                       "the tuned value, from verdicts.json"))
+        meta.insert(
+            3,
+            (
+                "Tuning runs",
+                f"{len(tuning)}, not in the runs tables: their scores are drawn against "
+                "the tuned value, from verdicts.json",
+            ),
+        )
     return meta
 
 
@@ -140,12 +157,14 @@ def _notes(runs: list[Run], target: Target | None) -> list[str]:
     given in its part, against its own reference run)."""
     windows = sorted({smoothing_window(len(r.series("loss")[1])) for r in runs if r.rows})
     notes = [
-        target.note if target else "Each experiment is reported on its own: its runs, its target loss (the final "
+        target.note
+        if target
+        else "Each experiment is reported on its own: its runs, its target loss (the final "
         "loss of its own reference run) and its figures.",
         "Steps to target: the first logged step at which the smoothed training loss is at or below the target "
-        "(\"not reached\": never, within the steps the run has logged).",
+        '("not reached": never, within the steps the run has logged).',
         "Training loss: each logged point is the mean loss over the steps since the previous one; curves, the "
-        "\"final train loss\" column and steps to target use a trailing moving average over 1/20 of a run's "
+        '"final train loss" column and steps to target use a trailing moving average over 1/20 of a run\'s '
         f"logged points (at most 50; here {'/'.join(map(str, windows)) or '1'}); the raw values are drawn faint.",
         "Tokens/s: training throughput (forward, backward and optimizer step; evaluation and checkpoints "
         "excluded), from summary.json, or the median of the logged values for a run without one.",
@@ -155,18 +174,25 @@ def _notes(runs: list[Run], target: Target | None) -> list[str]:
         "summary.json: still running or killed).",
     ]
     if any(r.seed is not None for r in runs):
-        notes.insert(0, "Seeds: each setting was run once per seed; the first table gives the mean ± the sample "
-                        "standard deviation over the seeds (n - 1), the curves the mean with a band from the "
-                        "lowest to the highest seed, each seed drawn thin. The second table lists every run.")
+        notes.insert(
+            0,
+            "Seeds: each setting was run once per seed; the first table gives the mean ± the sample "
+            "standard deviation over the seeds (n - 1), the curves the mean with a band from the "
+            "lowest to the highest seed, each seed drawn thin. The second table lists every run.",
+        )
     shared = sorted({int((r.summary or {}).get("concurrent_runs") or 1) for r in runs} - {1})
     if shared:
-        notes.append(f"Tokens/s and wall-clock: these runs trained {' or '.join(map(str, shared))} at a time "
-                     "(compare --jobs), each on its share of the cores, so they are not speed measurements; "
-                     "`blocklab bench` measures speed side by side.")
+        notes.append(
+            f"Tokens/s and wall-clock: these runs trained {' or '.join(map(str, shared))} at a time "
+            "(compare --jobs), each on its share of the cores, so they are not speed measurements; "
+            "`blocklab bench` measures speed side by side."
+        )
     skipped = [f"{r.label}: {r.skipped_lines}" for r in runs if r.skipped_lines]
     if skipped:
-        notes.append("Unreadable metrics.jsonl lines skipped (a half-written last line from a kill or a run "
-                     "still writing): " + ", ".join(skipped) + ".")
+        notes.append(
+            "Unreadable metrics.jsonl lines skipped (a half-written last line from a kill or a run "
+            "still writing): " + ", ".join(skipped) + "."
+        )
     return notes
 
 
@@ -227,23 +253,38 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
         sections.append(down)
     probes = F.probe_figures(root, fig_dir)
     if probes:
-        sections.append(Section(
-            "init-probes", "Signal propagation at initialisation (blocklab probe)",
-            paragraphs=["Measured on freshly initialised models of several depths; the papers' predictions are "
-                        "drawn dashed."],
-            figures=[Figure(p, t, _probe_caption(root, p, c)) for p, t, c in probes], pre=_probe_table(root)))
+        sections.append(
+            Section(
+                "init-probes",
+                "Signal propagation at initialisation (blocklab probe)",
+                paragraphs=[
+                    "Measured on freshly initialised models of several depths; the papers' predictions are "
+                    "drawn dashed."
+                ],
+                figures=[Figure(p, t, _probe_caption(root, p, c)) for p, t, c in probes],
+                pre=_probe_table(root),
+            )
+        )
 
     gains = Section("gains", "Gain trajectories")
     for r in existing:
         if r.has_gains:
-            p = F.plot_run_gains(r, fig_dir / f"gains_{F.slug(r.name.removeprefix('runs/') if r.name != '.' else r.label)}.png")
-            gains.figures += fig(p, f"Gains during training: {r.label}",
-                                 f"Every trainable gain of {r.label} ({r.block}) against the step, layers coloured. "
-                                 + claims.gains_sentence(r))
+            p = F.plot_run_gains(
+                r, fig_dir / f"gains_{F.slug(r.name.removeprefix('runs/') if r.name != '.' else r.label)}.png"
+            )
+            gains.figures += fig(
+                p,
+                f"Gains during training: {r.label}",
+                f"Every trainable gain of {r.label} ({r.block}) against the step, layers coloured. "
+                + claims.gains_sentence(r),
+            )
     without = [r.label for r in existing if not r.has_gains]
     if without:
-        gains.paragraphs.append("No trainable gains logged for: " + ", ".join(without)
-                                + " (blocks without shaped attention or gain scalars have none).")
+        gains.paragraphs.append(
+            "No trainable gains logged for: "
+            + ", ".join(without)
+            + " (blocks without shaped attention or gain scalars have none)."
+        )
     sections.append(gains)
     if claims_at_end:  # claims that name no experiment of verdicts.json
         sections.append(claims_at_end)
@@ -251,8 +292,16 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     title = sweep.get("name") or (root.resolve().name if root.name in ("", ".") else root.name)
     one = None if any(p.id for p in parts) else parts[0].target
     notes = _notes(runs, one) + ([verdicts.note] if verdicts.note else [])
-    return Report(root=root, title=f"blocklab report: {title}", description=str(sweep.get("description") or ""),
-                  meta=_meta(root, runs, sweep), parts=parts, notes=notes, sections=sections, shared=shared)
+    return Report(
+        root=root,
+        title=f"blocklab report: {title}",
+        description=str(sweep.get("description") or ""),
+        meta=_meta(root, runs, sweep),
+        parts=parts,
+        notes=notes,
+        sections=sections,
+        shared=shared,
+    )
 
 
 def _downstream_section(root: Path, runs: list[Run], sweep: dict, fig_dir: Path) -> Section | None:
@@ -260,24 +309,41 @@ def _downstream_section(root: Path, runs: list[Run], sweep: dict, fig_dir: Path)
     if not stage:
         return None
     seeds = ", ".join(map(str, stage["seeds"]))
-    intro = (f"Each pre-trained encoder fine-tuned on {', '.join(stage['tasks'])} ({stage['epochs']:g} epochs, "
-             f"seeds {seeds}; blocklab finetune's recipe). A task's cell is its validation score, mean ± sd over "
-             "the seeds that did not diverge; `score` averages the tasks; `failed` counts fine-tuning runs that "
-             "diverged (non-finite or exploding loss).")
+    intro = (
+        f"Each pre-trained encoder fine-tuned on {', '.join(stage['tasks'])} ({stage['epochs']:g} epochs, "
+        f"seeds {seeds}; blocklab finetune's recipe). A task's cell is its validation score, mean ± sd over "
+        "the seeds that did not diverge; `score` averages the tasks; `failed` counts fine-tuning runs that "
+        "diverged (non-finite or exploding loss)."
+    )
     if not stage.get("steps"):
         pre = downstream.table(root, runs, stage, sweep.get("reference"), sweep.get("target_run"))
         if not pre:
             return Section("downstream", "Downstream: fine-tuning", [intro, "No fine-tuning results yet."])
-        speed = ("`speed`: pre-training tokens/s relative to the reference run, measured in this sweep's runs "
-                 "(one after another on this machine, so a noisy figure; `blocklab bench` measures it side by side).")
+        speed = (
+            "`speed`: pre-training tokens/s relative to the reference run, measured in this sweep's runs "
+            "(one after another on this machine, so a noisy figure; `blocklab bench` measures it side by side)."
+        )
         return Section("downstream", "Downstream: fine-tuning", [intro, speed], pre=pre)
     curves, baseline = downstream.along_pretraining(root, runs, stage)
     path = downstream.plot_along(curves, runs, fig_dir / downstream.FIGURE, baseline)
-    figs = [Figure(path, "Downstream score against pre-training steps",
-                   " ".join(downstream.reach_sentences(curves, baseline)))] if path else []
-    return Section("downstream", "Downstream: fine-tuning along pre-training",
-                   [intro + f" Checkpoints of steps {', '.join(map(str, stage['steps']))}."]
-                   + ([] if figs else ["No fine-tuning results yet."]), figures=figs)
+    figs = (
+        [
+            Figure(
+                path,
+                "Downstream score against pre-training steps",
+                " ".join(downstream.reach_sentences(curves, baseline)),
+            )
+        ]
+        if path
+        else []
+    )
+    return Section(
+        "downstream",
+        "Downstream: fine-tuning along pre-training",
+        [intro + f" Checkpoints of steps {', '.join(map(str, stage['steps']))}."]
+        + ([] if figs else ["No fine-tuning results yet."]),
+        figures=figs,
+    )
 
 
 def generate_report(root: str | Path, target_loss: float | None = None) -> Report:

@@ -7,6 +7,7 @@ three levels down) are run directories. Everything here is read-only and toleran
 half-written last line of metrics.jsonl is skipped, a missing summary means the run is
 still running or was killed.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,9 @@ REPLACED = "replaced"  # DIR/replaced/: runs moved aside by `compare --rerun-cha
 
 
 def is_run_dir(path: Path) -> bool:
-    return (path / "summary.json").is_file() or ((path / "metrics.jsonl").is_file() and (path / "config.toml").is_file())
+    return (path / "summary.json").is_file() or (
+        (path / "metrics.jsonl").is_file() and (path / "config.toml").is_file()
+    )
 
 
 def _natural(path: Path):
@@ -106,17 +109,17 @@ class Run:
     """One run directory, read."""
 
     path: Path
-    name: str                       # path relative to the report folder ("." for a single run)
+    name: str  # path relative to the report folder ("." for a single run)
     label: str
     config: dict = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
     summary: dict | None = None
     skipped_lines: int = 0
-    exists: bool = True             # False: listed in sweep.json, no directory yet
-    group: str = ""                 # runs that differ only in their seed share a group (sweep.json)
+    exists: bool = True  # False: listed in sweep.json, no directory yet
+    group: str = ""  # runs that differ only in their seed share a group (sweep.json)
     group_label: str = ""
     seed: int | None = None
-    experiment: str = ""            # the sweep's experiment this run belongs to (sweep.json); "" when none
+    experiment: str = ""  # the sweep's experiment this run belongs to (sweep.json); "" when none
 
     def __post_init__(self):
         self.group = self.group or self.name
@@ -169,9 +172,15 @@ class Run:
 
 def load_run(path: Path, name: str, label: str | None = None) -> Run:
     rows, skipped = read_metrics(path / "metrics.jsonl")
-    return Run(path=path, name=name, label=label or (path.name if name == "." else name),
-               config=_read_toml(path / "config.toml"), rows=rows,
-               summary=_read_json(path / "summary.json"), skipped_lines=skipped)
+    return Run(
+        path=path,
+        name=name,
+        label=label or (path.name if name == "." else name),
+        config=_read_toml(path / "config.toml"),
+        rows=rows,
+        summary=_read_json(path / "summary.json"),
+        skipped_lines=skipped,
+    )
 
 
 def read_sweep(root: Path) -> dict:
@@ -211,8 +220,10 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
     dirs = find_run_dirs(root)
     sweep = read_sweep(root)
     if not dirs:
-        raise UserError(f"no runs found in {root} (looked for run folders with summary.json, "
-                        f"or metrics.jsonl and config.toml, up to {MAX_DEPTH} levels down)")
+        raise UserError(
+            f"no runs found in {root} (looked for run folders with summary.json, "
+            f"or metrics.jsonl and config.toml, up to {MAX_DEPTH} levels down)"
+        )
     rel = {d: ("." if d == root else d.relative_to(root).as_posix()) for d in dirs}
     aside = _not_report_runs(dirs, rel, sweep)
     dirs = [d for d in dirs if d not in aside]
@@ -224,7 +235,11 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
             for d in dirs:
                 if d in used:
                     continue
-                if rel[d] == key_path.as_posix().strip("/") or d.name == key_path.name or d.resolve() == (root / key_path).resolve():
+                if (
+                    rel[d] == key_path.as_posix().strip("/")
+                    or d.name == key_path.name
+                    or d.resolve() == (root / key_path).resolve()
+                ):
                     match = d
                     break
             if match:
@@ -239,8 +254,10 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
             setattr(runs[-1], key, value)
     runs.extend(load_run(d, rel[d]) for d in dirs if d not in used)
     if not runs:
-        raise UserError(f"no runs to report in {root}: its run folders are all tuning runs (sweep.json's "
-                        f"`tuning`) or old runs under {REPLACED}/")
+        raise UserError(
+            f"no runs to report in {root}: its run folders are all tuning runs (sweep.json's "
+            f"`tuning`) or old runs under {REPLACED}/"
+        )
     _dedupe_labels(runs)
     return runs, sweep
 

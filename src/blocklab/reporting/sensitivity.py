@@ -5,6 +5,7 @@ experiments/verdicts.py): per-value means, seeds, caps and fits are read, not de
 that stands for a group carries a gid ("curve:GROUP", "seeds:GROUP", "capped:GROUP", "best:GROUP",
 "points:GROUP", "fit:GROUP", "cap"), so what a figure drew can be checked artist by artist.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,7 @@ def value_key(v) -> str:
 
 
 def metric_text(metric: str) -> str:
-    """"final_eval_loss" -> "final eval loss" (a title capitalises it)."""
+    """ "final_eval_loss" -> "final eval loss" (a title capitalises it)."""
     return str(metric or "score").replace("_", " ")
 
 
@@ -40,7 +41,7 @@ def cap_text(metric: str) -> str:
 
 
 def short_key(key: str) -> str:
-    """"train.lr" -> "lr": the tuned setting as a title says it."""
+    """ "train.lr" -> "lr": the tuned setting as a title says it."""
     return str(key).rsplit(".", 1)[-1]
 
 
@@ -76,8 +77,12 @@ def log_scale(values: list) -> bool:
 
 
 def tuning_seeds(exp: dict) -> list:
-    seeds = {s for g in (exp.get("groups") or {}).values() for p in (g or {}).get("curve") or []
-             for s in p.get("seeds") or []}
+    seeds = {
+        s
+        for g in (exp.get("groups") or {}).values()
+        for p in (g or {}).get("curve") or []
+        for s in p.get("seeds") or []
+    }
     return sorted(seeds, key=str)
 
 
@@ -91,7 +96,7 @@ def _seed_points(point: dict, cap) -> list[tuple[float, bool]]:
     scores = point.get("scores") or []
     capped = point.get("capped")
     if not isinstance(capped, list) or len(capped) != len(scores):  # no flags: a seed that did not complete is
-        statuses = point.get("statuses") or []                     # capped (SPEC 10's scores)
+        statuses = point.get("statuses") or []  # capped (SPEC 10's scores)
         capped = [i < len(statuses) and statuses[i] != "completed" for i in range(len(scores))]
     out = []
     for score, c in zip(scores, capped):
@@ -115,33 +120,78 @@ def draw_sensitivity(ax, exp: dict) -> int:
     drawn = 0
     for name, g in groups.items():
         colour, ls = styles[name]
-        points = sorted(((pos[value_key(p.get("value"))], p) for p in (g or {}).get("curve") or []
-                         if value_key(p.get("value")) in pos), key=lambda t: t[0])
+        points = sorted(
+            (
+                (pos[value_key(p.get("value"))], p)
+                for p in (g or {}).get("curve") or []
+                if value_key(p.get("value")) in pos
+            ),
+            key=lambda t: t[0],
+        )
         if not points:
             continue
         drawn += 1
         line = [(x, float(p["mean"])) for x, p in points if finite(p.get("mean"))]
-        ax.plot([x for x, _ in line], [y for _, y in line], color=colour, ls=ls, lw=1.8, marker="none",
-                label=str(g.get("label") or name), gid=f"curve:{name}")
+        ax.plot(
+            [x for x, _ in line],
+            [y for _, y in line],
+            color=colour,
+            ls=ls,
+            lw=1.8,
+            marker="none",
+            label=str(g.get("label") or name),
+            gid=f"curve:{name}",
+        )
         seeds = [(x, s) for x, p in points for s in _seed_points(p, cap)]
         for flag, marker, gid in ((False, "o", "seeds"), (True, "x", "capped")):
             xy = [(x, y) for x, (y, c) in seeds if c == flag]
             if xy:
-                ax.scatter([x for x, _ in xy], [y for _, y in xy], color=colour, marker=marker, s=22,
-                           alpha=0.8, lw=1.5 if flag else 0.5, zorder=3, gid=f"{gid}:{name}")
+                ax.scatter(
+                    [x for x, _ in xy],
+                    [y for _, y in xy],
+                    color=colour,
+                    marker=marker,
+                    s=22,
+                    alpha=0.8,
+                    lw=1.5 if flag else 0.5,
+                    zorder=3,
+                    gid=f"{gid}:{name}",
+                )
         spans = [(x, [y for y, _ in _seed_points(p, cap)]) for x, p in points]
         spans = [(x, min(ys), max(ys)) for x, ys in spans if ys]
         if len(spans) > 1:
-            ax.fill_between([s[0] for s in spans], [s[1] for s in spans], [s[2] for s in spans], color=colour,
-                            alpha=0.12, lw=0, gid=f"band:{name}")
+            ax.fill_between(
+                [s[0] for s in spans],
+                [s[1] for s in spans],
+                [s[2] for s in spans],
+                color=colour,
+                alpha=0.12,
+                lw=0,
+                gid=f"band:{name}",
+            )
         best = pos.get(value_key(g.get("best")))
         at_best = next((float(p["mean"]) for x, p in points if x == best and finite(p.get("mean"))), None)
         if best is not None and at_best is not None and not all_capped(g):
-            ax.scatter([best], [at_best], marker="*", s=220, color=colour, edgecolor="black", lw=0.8, zorder=4,
-                       gid=f"best:{name}")
+            ax.scatter(
+                [best],
+                [at_best],
+                marker="*",
+                s=220,
+                color=colour,
+                edgecolor="black",
+                lw=0.8,
+                zorder=4,
+                gid=f"best:{name}",
+            )
     if finite(cap):
-        ax.axhline(cap, color="black", ls=":", lw=1.2, gid="cap",
-                   label=f"cap: {cap_text(exp.get('metric'))} {cap:.3g} (failed runs score this)")
+        ax.axhline(
+            cap,
+            color="black",
+            ls=":",
+            lw=1.2,
+            gid="cap",
+            label=f"cap: {cap_text(exp.get('metric'))} {cap:.3g} (failed runs score this)",
+        )
     tuned = str(exp.get("tuned") or "tuned value")
     if log:  # ticks at the grid's values: the reader reads off which values were tried
         ax.set_xscale("log")
@@ -156,8 +206,11 @@ def draw_sensitivity(ax, exp: dict) -> int:
     seeds = tuning_seeds(exp)
     said = f"seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds)) or '?'}"
     size = ", at the largest size" if exp.get("sizes") else ""
-    ax.set_title(f"{metric_text(exp.get('metric')).capitalize()} against {tuned}, each group tuned on {said}"
-                 f"{size} (star: best; x: capped)", fontsize=10)
+    ax.set_title(
+        f"{metric_text(exp.get('metric')).capitalize()} against {tuned}, each group tuned on {said}"
+        f"{size} (star: best; x: capped)",
+        fontsize=10,
+    )
     ax.grid(alpha=0.3)
     return drawn
 
@@ -170,8 +223,14 @@ def draw_frontier(ax, exp: dict) -> int:
     drawn = 0
     for name, f in frontier.items():
         colour, ls = styles[name]
-        pts = sorted((p for p in (f or {}).get("points") or [] if finite(p.get("flops")) and p["flops"] > 0
-                      and finite(p.get("mean"))), key=lambda p: p["flops"])
+        pts = sorted(
+            (
+                p
+                for p in (f or {}).get("points") or []
+                if finite(p.get("flops")) and p["flops"] > 0 and finite(p.get("mean"))
+            ),
+            key=lambda p: p["flops"],
+        )
         if not pts:
             continue
         drawn += 1
@@ -188,15 +247,25 @@ def draw_frontier(ax, exp: dict) -> int:
         fit = (f or {}).get("fit") or {}
         if finite(fit.get("a")) and finite(fit.get("alpha")):
             cs = np.geomspace(xs.min() / 1.5, xs.max() * 1.5, 60)
-            ax.plot(cs, fit["a"] * cs ** -fit["alpha"], color=colour, ls=ls, lw=1.4, gid=f"fit:{name}",
-                    label=f"{label} fit: {fit['a']:.3g} C^-{fit['alpha']:.3g}")
+            ax.plot(
+                cs,
+                fit["a"] * cs ** -fit["alpha"],
+                color=colour,
+                ls=ls,
+                lw=1.4,
+                gid=f"fit:{name}",
+                label=f"{label} fit: {fit['a']:.3g} C^-{fit['alpha']:.3g}",
+            )
     ax.set_xscale("log")
     ax.set_xlabel("training FLOPs (the model's count; log scale)")
     better = "lower" if exp.get("lower_is_better", True) else "higher"
     metric = metric_text(exp.get("metric"))
     ax.set_ylabel(f"mean {metric} ({better} is better)")
-    ax.set_title(f"{metric.capitalize()} against training FLOPs at each size (each point at its own best "
-                 f"{short_key(exp.get('tuned') or 'value')})", fontsize=10)
+    ax.set_title(
+        f"{metric.capitalize()} against training FLOPs at each size (each point at its own best "
+        f"{short_key(exp.get('tuned') or 'value')})",
+        fontsize=10,
+    )
     ax.grid(alpha=0.3, which="both")
     return drawn
 

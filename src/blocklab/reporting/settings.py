@@ -8,6 +8,7 @@ Three kinds of config keys (section, key), over the started runs of one table:
 - varying without a majority (a warm-up x learning-rate grid): every row names its value.
 The block, and the seed of a seeded sweep, have their own columns and are none of these.
 """
+
 from __future__ import annotations
 
 from blocklab.reporting.runs import Run
@@ -15,8 +16,11 @@ from blocklab.reporting.runs import Run
 
 def _flat_configs(runs: list[Run]) -> dict[str, dict]:
     """{run name: {(section, key): value}} of the runs that have a config (started runs)."""
-    return {r.name: {(sec, k): v for sec, vals in r.config.items() if isinstance(vals, dict) for k, v in vals.items()}
-            for r in runs if r.exists}
+    return {
+        r.name: {(sec, k): v for sec, vals in r.config.items() if isinstance(vals, dict) for k, v in vals.items()}
+        for r in runs
+        if r.exists
+    }
 
 
 def _own_columns(runs: list[Run]) -> set:
@@ -68,8 +72,9 @@ def varying_settings(runs: list[Run]) -> dict[str, str]:
     def shown(k, f) -> bool:
         return k in f and (k not in usual or repr(f[k]) != repr(usual[k]))
 
-    return {name: " ".join(f"{short[k]}={setting_text(f[k])}" for k in varying if shown(k, f))
-            for name, f in flat.items()}
+    return {
+        name: " ".join(f"{short[k]}={setting_text(f[k])}" for k in varying if shown(k, f)) for name, f in flat.items()
+    }
 
 
 def shared_settings(runs: list[Run], known=()) -> dict[tuple[str, str], object]:
@@ -80,8 +85,9 @@ def shared_settings(runs: list[Run], known=()) -> dict[tuple[str, str], object]:
     if not flat:
         return {}
     skip = _own_columns(runs) | set(known)
-    return {k: v for k, v in flat[0].items()
-            if k not in skip and all(k in f and repr(f[k]) == repr(v) for f in flat[1:])}
+    return {
+        k: v for k, v in flat[0].items() if k not in skip and all(k in f and repr(f[k]) == repr(v) for f in flat[1:])
+    }
 
 
 def settings_lines(shared: dict, usual: dict | None = None) -> list[tuple[str, str]]:
@@ -93,6 +99,11 @@ def settings_lines(shared: dict, usual: dict | None = None) -> list[tuple[str, s
     lines = [(section, ", ".join(items)) for section, items in by.items()]
     if usual:
         short = _short(list(usual))
-        lines.append(("most runs", ", ".join(f"{short[k]}={setting_text(v)}" for k, v in usual.items())
-                      + " (the settings column names a run's where they differ)"))
+        lines.append(
+            (
+                "most runs",
+                ", ".join(f"{short[k]}={setting_text(v)}" for k, v in usual.items())
+                + " (the settings column names a run's where they differ)",
+            )
+        )
     return lines

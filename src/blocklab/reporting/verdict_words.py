@@ -5,6 +5,7 @@ A verdict word never stands alone: it is printed with its difference, the differ
 seed counts of both sides and the corrected p, so a reader sees how big and how sure it is. A best value
 at the grid's edge is flagged in every cell that depends on it: the grid was too narrow there.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,8 +55,7 @@ def settings_text(settings: dict, tuned: str | None = None) -> str:
     name, or whole where two keys share it); the tuned key is left out (each row has it in its own column)."""
     keys = [k for k in (settings or {}) if k != tuned]
     last = [str(k).rsplit(".", 1)[-1] for k in keys]
-    return ", ".join(f"{n if last.count(n) == 1 else k} {setting_text(settings[k])}"
-                     for k, n in zip(keys, last)) or "—"
+    return ", ".join(f"{n if last.count(n) == 1 else k} {setting_text(settings[k])}" for k, n in zip(keys, last)) or "—"
 
 
 def range_text(r, empty: str) -> str:
@@ -79,7 +79,7 @@ def mean_text(group: dict, d: int) -> str:
 
 
 def comparison_text(c: dict, n: int, n_ref: int, d: int, edge: bool) -> str:
-    """"better: -0.12 [-0.18, -0.06] (n=3 vs 3), p_holm 0.004": the word with everything that qualifies it."""
+    """ "better: -0.12 [-0.18, -0.06] (n=3 vs 3), p_holm 0.004": the word with everything that qualifies it."""
     word = c.get("verdict") or "no verdict"
     if not finite(c.get("difference")):
         return f"{word}: no difference recorded (n={n} vs {n_ref})"
@@ -110,18 +110,39 @@ def verdict_table(exp: dict, tag: str, d: int) -> Table:
         if name == ref:
             vs = "reference"
         elif isinstance(comps.get(name), dict):
-            vs = comparison_text(comps[name], seed_count(g), seed_count(ref_group), d,
-                                 bool(g.get("best_at_edge") or ref_group.get("best_at_edge")))
+            vs = comparison_text(
+                comps[name],
+                seed_count(g),
+                seed_count(ref_group),
+                d,
+                bool(g.get("best_at_edge") or ref_group.get("best_at_edge")),
+            )
         else:
             vs = "no comparison recorded"
         sens = g.get("sensitivity")
-        rows.append([str(g.get("label") or name), settings_text(g.get("settings") or {}, tuned), best_text(g),
-                     range_text(g.get("stable"), "—"), range_text(g.get("trainable"), "none"),
-                     num(sens, d) if finite(sens) else "—", mean_text(g, d), vs])
+        rows.append(
+            [
+                str(g.get("label") or name),
+                settings_text(g.get("settings") or {}, tuned),
+                best_text(g),
+                range_text(g.get("stable"), "—"),
+                range_text(g.get("trainable"), "none"),
+                num(sens, d) if finite(sens) else "—",
+                mean_text(g, d),
+                vs,
+            ]
+        )
     metric = metric_text(exp.get("metric"))
-    columns = ["group", "settings", f"best {short}", "stable range", "trainable range", "sensitivity",
-               f"{metric} at best: mean [95% interval] (seeds)",
-               f"against {ref_label}: verdict, difference [95% interval] (seeds), p_holm"]
+    columns = [
+        "group",
+        "settings",
+        f"best {short}",
+        "stable range",
+        "trainable range",
+        "sensitivity",
+        f"{metric} at best: mean [95% interval] (seeds)",
+        f"against {ref_label}: verdict, difference [95% interval] (seeds), p_holm",
+    ]
     table = Table(f"verdict-table-{tag}", columns, rows, numeric=(5,))
     table.notes.append(
         f"Stable range: the {short} values around the best whose mean is within the tolerance "
@@ -129,17 +150,25 @@ def verdict_table(exp: dict, tag: str, d: int) -> Table:
         "and scored at least the tolerance better than the cap; sensitivity: the mean over the grid of |mean - best "
         "mean| (Wortsman et al. 2023). The mean and its interval (Student t) are over the final seeds at the "
         "group's best value; a difference is the group's mean minus the reference's, with Welch's interval and "
-        "Holm's correction over the sweep's tested comparisons (better/worse where p_holm < 0.05).")
-    edges = [f"{g.get('label') or n} at {setting_text(g.get('best'))}, the {_end(exp, g.get('best'))} value tried"
-             for n, g in groups.items() if (g or {}).get("best_at_edge")]
+        "Holm's correction over the sweep's tested comparisons (better/worse where p_holm < 0.05)."
+    )
+    edges = [
+        f"{g.get('label') or n} at {setting_text(g.get('best'))}, the {_end(exp, g.get('best'))} value tried"
+        for n, g in groups.items()
+        if (g or {}).get("best_at_edge")
+    ]
     if edges:
-        table.notes.append(f"Best at the grid's edge, marked {EDGE}: {'; '.join(edges)}. The grid was too narrow "
-                           "there: the best may lie beyond it, so that best value and the comparisons that rest on it "
-                           "are not a verdict; a grid reaching further would tell.")
+        table.notes.append(
+            f"Best at the grid's edge, marked {EDGE}: {'; '.join(edges)}. The grid was too narrow "
+            "there: the best may lie beyond it, so that best value and the comparisons that rest on it "
+            "are not a verdict; a grid reaching further would tell."
+        )
     capped = [str(g.get("label") or n) for n, g in groups.items() if all_capped(g or {})]
     if capped:
-        table.notes.append(f"Scored the cap at every value tried (each run failed or ended worse than the cap): "
-                           f"{', '.join(capped)}; no best value, stable or trainable range, or sensitivity.")
+        table.notes.append(
+            f"Scored the cap at every value tried (each run failed or ended worse than the cap): "
+            f"{', '.join(capped)}; no best value, stable or trainable range, or sensitivity."
+        )
     return table
 
 
@@ -156,28 +185,48 @@ def numbers_note(exp: dict, d: int, m: int) -> str:
     ref = groups.get(exp.get("reference")) or {}
     ref_label = ref.get("label") or exp.get("reference") or "the reference"
     floor, least, noise = exp.get("noise_floor"), exp.get("min_detectable"), exp.get("eval_noise")
-    parts = [f"Noise floor: {num(floor, d)}, the standard deviation of the reference ({ref_label}) over its "
-             f"{seed_count(ref)} final seeds." if finite(floor) else
-             f"Noise floor: unknown (the reference, {ref_label}, has {seed_count(ref)} final seed(s))."]
+    parts = [
+        f"Noise floor: {num(floor, d)}, the standard deviation of the reference ({ref_label}) over its "
+        f"{seed_count(ref)} final seeds."
+        if finite(floor)
+        else f"Noise floor: unknown (the reference, {ref_label}, has {seed_count(ref)} final seed(s))."
+    ]
     if finite(least):
-        parts.append(f"Smallest detectable difference: {num(least, d)}, the half-width of a Welch interval at level "
-                     f"1 - 0.05/{max(m, 1)} ({m} tested comparison{'s' if m != 1 else ''} in the sweep) with both "
-                     "sides at the reference's standard deviation and seed count: a smaller true difference would "
-                     "likely read as indistinguishable.")
+        parts.append(
+            f"Smallest detectable difference: {num(least, d)}, the half-width of a Welch interval at level "
+            f"1 - 0.05/{max(m, 1)} ({m} tested comparison{'s' if m != 1 else ''} in the sweep) with both "
+            "sides at the reference's standard deviation and seed count: a smaller true difference would "
+            "likely read as indistinguishable."
+        )
     else:
         parts.append("Smallest detectable difference: unknown (it needs the reference's spread over seeds).")
     if finite(noise):
-        rel = (f", {floor / noise:.1f} times below the noise floor" if finite(floor) and noise < floor else
-               ", not below the noise floor: more eval batches would sharpen the comparison") \
-            if finite(floor) and noise > 0 else ""
-        parts.append(f"Eval noise: {noise:.2g}, the median standard error of one run's final eval loss over its "
-                     f"eval batches{rel}.")
+        rel = (
+            (
+                f", {floor / noise:.1f} times below the noise floor"
+                if finite(floor) and noise < floor
+                else ", not below the noise floor: more eval batches would sharpen the comparison"
+            )
+            if finite(floor) and noise > 0
+            else ""
+        )
+        parts.append(
+            f"Eval noise: {noise:.2g}, the median standard error of one run's final eval loss over its "
+            f"eval batches{rel}."
+        )
     else:
         parts.append("Eval noise: not recorded.")
     reused = exp.get("tuning_runs_reused")
-    parts.append("Tuning runs reused as final seeds: " + (
-        "yes (the tuning seeds at the best value count among the final seeds)." if reused else
-        "no (the final seeds are runs of their own)." if reused is not None else "not recorded."))
+    parts.append(
+        "Tuning runs reused as final seeds: "
+        + (
+            "yes (the tuning seeds at the best value count among the final seeds)."
+            if reused
+            else "no (the final seeds are runs of their own)."
+            if reused is not None
+            else "not recorded."
+        )
+    )
     return " ".join(parts)
 
 
@@ -188,23 +237,31 @@ def frontier_table(exp: dict, tag: str) -> Table:
     for name, f in (exp.get("frontier") or {}).items():
         f = f or {}
         fit = f.get("fit") or {}
-        fit_text = f"{fit['a']:.3g} C^-{fit['alpha']:.3g}" if finite(fit.get("a")) and finite(fit.get("alpha")) \
-            else "—"
+        fit_text = f"{fit['a']:.3g} C^-{fit['alpha']:.3g}" if finite(fit.get("a")) and finite(fit.get("alpha")) else "—"
         x, ci = f.get("multiplier"), interval(f.get("multiplier_ci95"), 2)
         mult = "1 (reference)" if name == ref else (f"{x:.2f}x" + (f" {ci}" if ci else "") if finite(x) else "—")
-        rows.append([str((groups.get(name) or {}).get("label") or name), str(len(f.get("points") or [])), fit_text,
-                     mult])
+        rows.append(
+            [str((groups.get(name) or {}).get("label") or name), str(len(f.get("points") or [])), fit_text, mult]
+        )
     columns = ["group", "sizes", "fit: score = a C^-alpha", "compute multiplier [95% interval]"]
-    return Table(f"frontier-table-{tag}", columns, rows, numeric=(1,), notes=[
-        "Compute multiplier: the reference's training FLOPs to reach the group's score at the largest size, divided "
-        "by the group's (above 1: the group needs less compute for the same score); its interval is a bootstrap "
-        "over seeds."])
+    return Table(
+        f"frontier-table-{tag}",
+        columns,
+        rows,
+        numeric=(1,),
+        notes=[
+            "Compute multiplier: the reference's training FLOPs to reach the group's score at the largest size, divided "
+            "by the group's (above 1: the group needs less compute for the same score); its interval is a bootstrap "
+            "over seeds."
+        ],
+    )
 
 
 def claim_text(c: dict) -> str:
-    """"paper — claim: STATUS. why"."""
+    """ "paper — claim: STATUS. why"."""
     why = str(c.get("why") or "").strip()
     if why and why[-1] not in ".!?":
         why += "."
-    return f"{c.get('paper') or '?'} — {c.get('claim') or '?'}: {c.get('status') or 'no status'}." + \
-        (f" {why}" if why else "")
+    return f"{c.get('paper') or '?'} — {c.get('claim') or '?'}: {c.get('status') or 'no status'}." + (
+        f" {why}" if why else ""
+    )

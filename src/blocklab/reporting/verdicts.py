@@ -6,6 +6,7 @@ This module reads, draws and words the verdicts; it computes none (experiments/v
 second computation here could only disagree with it). The file is read defensively: unreadable, it becomes a
 note of the report; an experiment's entry that cannot be drawn becomes a paragraph saying so.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,18 +21,22 @@ from blocklab.reporting.verdict_words import claim_text, decimals, frontier_tabl
 
 FILE = "verdicts.json"
 FIGURES = ("sensitivity_*.png", "frontier_*.png")  # what this module draws into figures/ (report._OWN)
-SENSITIVITY_CAPTION = ("Line: each group's mean over its tuning seeds at each value; dots: each seed; x: a seed "
-                       "that diverged, stalled or ended worse than the cap, drawn at the cap; band: lowest to "
-                       "highest seed; star: the group's best value (ties: the lower value).")
-FRONTIER_CAPTION = ("Each point: a group at one size, at its own best tuned value; error bars: the 95% interval "
-                    "over its seeds; line: the power law fitted to its points.")
+SENSITIVITY_CAPTION = (
+    "Line: each group's mean over its tuning seeds at each value; dots: each seed; x: a seed "
+    "that diverged, stalled or ended worse than the cap, drawn at the cap; band: lowest to "
+    "highest seed; star: the group's best value (ties: the lower value)."
+)
+FRONTIER_CAPTION = (
+    "Each point: a group at one size, at its own best tuned value; error bars: the 95% interval "
+    "over its seeds; line: the power law fitted to its points."
+)
 
 
 @dataclass
 class Verdicts:
-    data: dict | None    # the file's content; None when absent or unreadable
-    note: str | None     # why it could not be read, for the report's notes
-    present: bool        # the file exists, readable or not: the loss captions then compare nothing
+    data: dict | None  # the file's content; None when absent or unreadable
+    note: str | None  # why it could not be read, for the report's notes
+    present: bool  # the file exists, readable or not: the loss captions then compare nothing
 
     @property
     def experiments(self) -> dict:
@@ -61,8 +66,13 @@ def tested_comparisons(v: Verdicts) -> int:
     """The comparisons of the sweep that entered Holm's correction (two or more seeds on both sides): the m
     of min_detectable's level 1 - 0.05/m. Counted from the file; secondary metrics it does not list are not."""
     comps = [exp.get("comparisons") for exp in v.experiments.values()]
-    return sum(1 for table in comps if isinstance(table, dict) for c in table.values()
-               if isinstance(c, dict) and c.get("verdict") != "one seed" and S.finite(c.get("p_holm")))
+    return sum(
+        1
+        for table in comps
+        if isinstance(table, dict)
+        for c in table.values()
+        if isinstance(c, dict) and c.get("verdict") != "one seed" and S.finite(c.get("p_holm"))
+    )
 
 
 def _intro(exp: dict) -> str:
@@ -77,14 +87,17 @@ def _intro(exp: dict) -> str:
     cap = exp.get("cap")
     cap_text = f" ({cap:.3g}, the {S.cap_text(exp.get('metric'))})" if S.finite(cap) else ""
     metric = S.metric_text(exp.get("metric"))
-    text = (f"Each group ran at every {tuned} of the grid ({values}) on tuning seeds {tuning}, then on seeds "
-            f"{', '.join(map(str, finals)) or '?'} at its own best value. Score: the {metric} at the end of the "
-            f"schedule ({better}); a run that diverged, stalled or ended worse than the cap scores the "
-            f"cap{cap_text}. Reference: {ref_label}; tolerance {exp.get('tolerance', '?')}.")
+    text = (
+        f"Each group ran at every {tuned} of the grid ({values}) on tuning seeds {tuning}, then on seeds "
+        f"{', '.join(map(str, finals)) or '?'} at its own best value. Score: the {metric} at the end of the "
+        f"schedule ({better}); a run that diverged, stalled or ended worse than the cap scores the "
+        f"cap{cap_text}. Reference: {ref_label}; tolerance {exp.get('tolerance', '?')}."
+    )
     sizes = exp.get("sizes")
     if isinstance(sizes, list) and sizes:
-        each = "; ".join(" ".join(f"{k}={setting_text(v)}" for k, v in s.items()) if isinstance(s, dict) else str(s)
-                         for s in sizes)
+        each = "; ".join(
+            " ".join(f"{k}={setting_text(v)}" for k, v in s.items()) if isinstance(s, dict) else str(s) for s in sizes
+        )
         text += f" At {len(sizes)} sizes ({each}): the figure and the table describe the largest."
     return text
 
@@ -97,8 +110,9 @@ def _experiment(name: str, exp: dict, part: str | None, fig_dir: Path, m: int, c
     main = Section(f"verdicts-{tag}", f"{head}Each group at its best {tuned}", part=part, paragraphs=[_intro(exp)])
     path = S.plot_sensitivity(exp, fig_dir / f"sensitivity_{tag}.png")
     if path:
-        main.figures.append(Figure(path, f"{S.metric_text(exp.get('metric')).capitalize()} against {tuned}",
-                                   SENSITIVITY_CAPTION))
+        main.figures.append(
+            Figure(path, f"{S.metric_text(exp.get('metric')).capitalize()} against {tuned}", SENSITIVITY_CAPTION)
+        )
     table = verdict_table(exp, tag, d)
     table.notes.append(numbers_note(exp, d, m))
     main.tables.append(table)
@@ -130,10 +144,18 @@ def verdict_sections(v: Verdicts, parts: set[str], fig_dir: Path) -> tuple[dict,
         try:
             sections = _experiment(name, exp, part, fig_dir, m, by_exp.get(name, []))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as e:
-            sections = [Section(f"verdicts-{F.slug(name)}", f"Verdicts: {exp.get('title') or name}", part=part,
-                                paragraphs=[f"{FILE}'s entry for {name} could not be drawn ({type(e).__name__}: "
-                                            f"{e}); its verdicts are in the file."],
-                                items=by_exp.get(name, []))]
+            sections = [
+                Section(
+                    f"verdicts-{F.slug(name)}",
+                    f"Verdicts: {exp.get('title') or name}",
+                    part=part,
+                    paragraphs=[
+                        f"{FILE}'s entry for {name} could not be drawn ({type(e).__name__}: "
+                        f"{e}); its verdicts are in the file."
+                    ],
+                    items=by_exp.get(name, []),
+                )
+            ]
         placed.setdefault(part, []).extend(sections)
     final = Section("claims", "Claims", items=rest) if rest else None
     return placed, final

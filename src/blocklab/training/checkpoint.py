@@ -6,6 +6,7 @@ leaves `latest` naming a complete checkpoint. Two formats share that folder disc
 manifest: whole checkpoints (model.safetensors, optimizer.safetensors) written by one process,
 and the sharded checkpoints of FSDP runs (a torch.distributed.checkpoint folder, training/sharded.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,8 +63,12 @@ def _optimizer_tensors(state: dict) -> tuple[dict, dict]:
 def numerics() -> dict:
     """What decides the bits of a CPU run besides the seed (benchmarks/determinism.py measured it): a
     resume on another torch build, CPU type, thread count or MKL branch may differ in the last digits."""
-    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads(), "mkl_cbwr": os.environ.get("MKL_CBWR")}
+    return {
+        "torch": torch.__version__,
+        "cpu": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),
+    }
 
 
 def rng_state() -> dict:
@@ -71,8 +76,9 @@ def rng_state() -> dict:
     return {"python": random.getstate()[1], "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]]}
 
 
-def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    extra: dict, keep: int = 2) -> Path:
+def save_checkpoint(
+    root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict, keep: int = 2
+) -> Path:
     """A whole (unsharded) checkpoint, written by one process (training/sharded.py writes FSDP runs')."""
     tmp = begin(root, step)
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
@@ -80,8 +86,14 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizer: to
     tensors, scalars = _optimizer_tensors(opt)
     tensors["rng.torch"] = torch.get_rng_state()
     save_file(tensors, tmp / "optimizer.safetensors")
-    meta = {"step": step, "param_groups": opt["param_groups"], "optimizer_scalars": scalars,
-            "rng": rng_state(), "numerics": numerics(), "extra": extra}
+    meta = {
+        "step": step,
+        "param_groups": opt["param_groups"],
+        "optimizer_scalars": scalars,
+        "rng": rng_state(),
+        "numerics": numerics(),
+        "extra": extra,
+    }
     (tmp / "state.json").write_text(json.dumps(meta))
     return finish(root, tmp, step, keep)
 
@@ -159,15 +171,22 @@ def open_checkpoint(root: Path, step: int | None = None, share: tuple[int, int] 
             raise UserError(f"{root} has no checkpoint of step {step}; it has: {have}")
     with _readable(ckpt):
         manifest = json.loads((ckpt / "manifest.json").read_text())
-        for name, digest in sorted(manifest.items())[share[0]::share[1]]:
+        for name, digest in sorted(manifest.items())[share[0] :: share[1]]:
             if _sha256(ckpt / name) != digest:
                 raise UserError(f"checkpoint {ckpt} is corrupted: {name} does not match its checksum")
         meta = json.loads((ckpt / "state.json").read_text())
         fmt = meta.get("format", "safetensors")
         with safe_open(ckpt / ("optimizer.safetensors" if fmt == "safetensors" else "rng.safetensors"), "pt") as f:
             rng = f.get_tensor("rng.torch")  # this tensor only, not the optimizer's state
-    return {"step": meta["step"], "path": ckpt, "format": fmt, "extra": meta["extra"], "rng": meta["rng"],
-            "torch_rng": rng, "meta": meta}
+    return {
+        "step": meta["step"],
+        "path": ckpt,
+        "format": fmt,
+        "extra": meta["extra"],
+        "rng": meta["rng"],
+        "torch_rng": rng,
+        "meta": meta,
+    }
 
 
 @contextlib.contextmanager
@@ -212,9 +231,11 @@ def _dcp_model_state(path: Path, scalars: list[str]) -> dict:
     dtypes come from the checkpoint's metadata, so no model (and no process group) is needed. The
     `scalars`, stored as 1-element vectors (FSDP shards no 0-dim tensor), get their shape back."""
     reader = dcp.FileSystemReader(path / DCP_DIR)
-    state = {key[len("model."):]: torch.empty(m.size, dtype=m.properties.dtype)
-             for key, m in reader.read_metadata().state_dict_metadata.items()
-             if key.startswith("model.") and isinstance(m, TensorStorageMetadata)}
+    state = {
+        key[len("model.") :]: torch.empty(m.size, dtype=m.properties.dtype)
+        for key, m in reader.read_metadata().state_dict_metadata.items()
+        if key.startswith("model.") and isinstance(m, TensorStorageMetadata)
+    }
     with single_process():
         dcp.load({"model": state}, storage_reader=reader, no_dist=True)
     return {k: v.reshape(()) if k in scalars else v for k, v in state.items()}

@@ -1,4 +1,5 @@
 """Run configuration: TrainConfig, the [model]/[data]/[train] sections, TOML files and dotted overrides."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,16 +30,16 @@ PARALLELS = ("ddp", "fsdp")
 @dataclass
 class TrainConfig:
     steps: int = 1000
-    batch_size: int = 16          # global batch (split across ranks under torchrun)
+    batch_size: int = 16  # global batch (split across ranks under torchrun)
     lr: float = 1e-3
     optimizer: str = "adamw"
-    schedule: str = "linear"      # linear warm-up then linear decay to zero (He & Hofmann)
+    schedule: str = "linear"  # linear warm-up then linear decay to zero (He & Hofmann)
     warmup_steps: int | None = None  # None: 5% of steps
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.98
-    momentum: float = 0.9         # sgd only
-    grad_clip: float = 1.0        # 0 disables clipping
+    momentum: float = 0.9  # sgd only
+    grad_clip: float = 1.0  # 0 disables clipping
     seed: int = 0
     log_every: int = 10
     eval_every: int = 200
@@ -46,7 +47,7 @@ class TrainConfig:
     checkpoint_every: int = 500
     precision: str = "fp32"
     compile: bool | str = "auto"  # auto: on for CUDA (each block compiled once), off on the CPU
-    device: str = "auto"          # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda
     divergence_factor: float = 1.5  # diverged when loss > factor * first loss (or non-finite)
     # Stalled: after warm-up, the loss stays within stall_margin nats of the training split's unigram
     # entropy for stall_patience steps (training/stall.py); stall_patience 0 turns detection off.
@@ -56,7 +57,7 @@ class TrainConfig:
     # different warm-ups (none included) share one decay; None: warmup_steps, or 5% of steps without warm-up.
     inv_sqrt_scale: int | None = None
     label_smoothing: float = 0.0  # task="translation" only (training loss; evaluation is the plain NLL)
-    keep_checkpoints: int = 2     # the newest checkpoints kept; 0 keeps every one (fine-tuning along pre-training)
+    keep_checkpoints: int = 2  # the newest checkpoints kept; 0 keeps every one (fine-tuning along pre-training)
     # task="classification": start the encoder from this mlm run's checkpoint (init_step; None: its
     # latest), with a fresh head; its tokenizer too (training/finetune.py). None: from scratch.
     init_from: str | None = None
@@ -71,7 +72,15 @@ class TrainConfig:
     activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "log_every", "eval_every", "eval_batches", "checkpoint_every", "grad_accum"):
+        for name in (
+            "steps",
+            "batch_size",
+            "log_every",
+            "eval_every",
+            "eval_batches",
+            "checkpoint_every",
+            "grad_accum",
+        ):
             positive(f"train.{name}", getattr(self, name))
         positive("train.lr", _num(self.lr), float)
         choice("train.optimizer", self.optimizer, OPTIMIZERS)
@@ -80,11 +89,15 @@ class TrainConfig:
         choice("train.device", self.device, ("auto", "cpu", "cuda"))
         choice("train.parallel", self.parallel, PARALLELS)
         if not isinstance(self.activation_checkpointing, bool):
-            raise ValueError(f"train.activation_checkpointing={self.activation_checkpointing!r} is not valid; "
-                             "it must be true or false")
+            raise ValueError(
+                f"train.activation_checkpointing={self.activation_checkpointing!r} is not valid; "
+                "it must be true or false"
+            )
         if self.batch_size % self.grad_accum:
-            raise ValueError(f"train.grad_accum={self.grad_accum} is not valid; it must divide train.batch_size="
-                             f"{self.batch_size} (each micro-batch is an equal share of the batch)")
+            raise ValueError(
+                f"train.grad_accum={self.grad_accum} is not valid; it must divide train.batch_size="
+                f"{self.batch_size} (each micro-batch is an equal share of the batch)"
+            )
         if isinstance(self.compile, str) and self.compile.lower() in ("true", "false", "1", "0", "yes", "no"):
             self.compile = self.compile.lower() in ("true", "1", "yes")
         if not (isinstance(self.compile, bool) or self.compile == "auto"):
@@ -94,7 +107,9 @@ class TrainConfig:
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"train.warmup_steps={self.warmup_steps!r} is not valid; it must be an integer >= 0")
         if self.warmup_steps > self.steps:
-            raise ValueError(f"train.warmup_steps={self.warmup_steps} is not valid; it must be <= train.steps={self.steps}")
+            raise ValueError(
+                f"train.warmup_steps={self.warmup_steps} is not valid; it must be <= train.steps={self.steps}"
+            )
         for name in ("weight_decay", "grad_clip", "momentum"):
             if _num(getattr(self, name)) < 0:
                 raise ValueError(f"train.{name}={getattr(self, name)!r} is not valid; it must be >= 0")
@@ -107,10 +122,15 @@ class TrainConfig:
             raise ValueError(f"train.stall_margin={self.stall_margin!r} is not valid; it must be > 0")
         if not 0 <= _num(self.label_smoothing) < 1:
             raise ValueError(f"train.label_smoothing={self.label_smoothing!r} is not valid; it must be in [0, 1)")
-        for name, value in (("stall_patience", self.stall_patience), ("inv_sqrt_scale", self.inv_sqrt_scale),
-                            ("keep_checkpoints", self.keep_checkpoints), ("init_step", self.init_step)):
+        for name, value in (
+            ("stall_patience", self.stall_patience),
+            ("inv_sqrt_scale", self.inv_sqrt_scale),
+            ("keep_checkpoints", self.keep_checkpoints),
+            ("init_step", self.init_step),
+        ):
             if (value is not None or name == "stall_patience") and (
-                    isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
                 raise ValueError(f"train.{name}={value!r} is not valid; it must be an integer >= 0")
 
 
@@ -151,7 +171,9 @@ class RunConfig:
             known = {f.name for f in fields(cls_)}
             for key in raw.get(section, {}):
                 if key not in known:
-                    raise UserError(f"unknown option {section}.{key}; valid {section} options: {', '.join(sorted(known))}")
+                    raise UserError(
+                        f"unknown option {section}.{key}; valid {section} options: {', '.join(sorted(known))}"
+                    )
         m, d = raw.setdefault("model", {}), raw.setdefault("data", {})
         try:
             data = DataConfig(**d)
@@ -245,9 +267,12 @@ def config_differences(saved: RunConfig, asked: RunConfig, ignore=frozenset()) -
     """[(dotted key, saved value, asked value)] for every setting in which two configs differ, except `ignore`
     ({(section, key)}): what resuming a run and reusing a sweep's stored run both check."""
     old = saved.to_dict()
-    return [(f"{section}.{key}", old.get(section, {}).get(key), value)
-            for section, values in asked.to_dict().items() for key, value in values.items()
-            if old.get(section, {}).get(key) != value and (section, key) not in ignore]
+    return [
+        (f"{section}.{key}", old.get(section, {}).get(key), value)
+        for section, values in asked.to_dict().items()
+        for key, value in values.items()
+        if old.get(section, {}).get(key) != value and (section, key) not in ignore
+    ]
 
 
 def load_config(path: str | Path | None, overrides: list[str] | dict | None = None, recipe: bool = False) -> RunConfig:
@@ -296,8 +321,14 @@ def to_toml(cfg: RunConfig) -> str:
 def describe_options() -> str:
     """Every option with its default (and its choices where it has a list), for `blocklab train --help`."""
     choices = {("model", k): v for k, v in model_choices().items()}
-    choices.update({("train", "optimizer"): OPTIMIZERS, ("train", "schedule"): SCHEDULES,
-                    ("train", "precision"): PRECISIONS, ("train", "parallel"): PARALLELS})
+    choices.update(
+        {
+            ("train", "optimizer"): OPTIMIZERS,
+            ("train", "schedule"): SCHEDULES,
+            ("train", "precision"): PRECISIONS,
+            ("train", "parallel"): PARALLELS,
+        }
+    )
     out = []
     for section, cls_ in SECTIONS.items():
         default = cls_() if section != "model" else ModelConfig()
@@ -312,5 +343,8 @@ def describe_options() -> str:
 
 def describe_recipes() -> str:
     """Each block recipe, for `blocklab train --help`."""
-    return "\n".join(f"  {b:<12} {', '.join(f'--{k} {v!r}' for k, v in spec.recipe)}  ({spec.recipe_source})"
-                     for b, spec in REGISTRY.items() if spec.public and spec.recipe)
+    return "\n".join(
+        f"  {b:<12} {', '.join(f'--{k} {v!r}' for k, v in spec.recipe)}  ({spec.recipe_source})"
+        for b, spec in REGISTRY.items()
+        if spec.public and spec.recipe
+    )

@@ -1,5 +1,6 @@
 """torchrun integration: ranks, devices and the process group (gloo on CPU, NCCL on GPU); the
 wrappers (DDP, FSDP) are in training/parallel.py."""
+
 from __future__ import annotations
 
 import os
@@ -78,5 +79,7 @@ def check_gpus(local_rank: int, local_world: int, n_gpus: int) -> None:
     if n_gpus == 0:
         raise UserError("train.device=cuda but no CUDA GPU is visible; use --train.device cpu or auto")
     if local_rank >= n_gpus:
-        raise UserError(f"torchrun started {max(local_world, local_rank + 1)} processes on this machine but it has "
-                        f"{n_gpus} GPU(s); use --nproc_per_node={n_gpus}, or --train.device cpu to train on the CPU")
+        raise UserError(
+            f"torchrun started {max(local_world, local_rank + 1)} processes on this machine but it has "
+            f"{n_gpus} GPU(s); use --nproc_per_node={n_gpus}, or --train.device cpu to train on the CPU"
+        )

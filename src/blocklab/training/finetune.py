@@ -6,6 +6,7 @@ decay 0.01, 5 epochs (He & Hofmann fine-tune 5 epochs), evaluation after every e
 epoch's score reported (no selection on the validation split). Divergence: a non-finite loss, or a
 loss 10x the first one; the run ends `diverged`, as SAS-P without norm did in He & Hofmann's GLUE runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,16 +23,32 @@ from blocklab.training.pretrained import pretraining_run
 from blocklab.training.tasks.classification import load_data
 from blocklab.training.trainer import prepare_run_dir, train
 
-FINETUNE_TRAIN = {"optimizer": "adamw", "lr": 1e-4, "schedule": "linear", "batch_size": 32,
-                  "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999, "grad_clip": 1.0,
-                  "divergence_factor": 10.0, "stall_patience": 0}
+FINETUNE_TRAIN = {
+    "optimizer": "adamw",
+    "lr": 1e-4,
+    "schedule": "linear",
+    "batch_size": 32,
+    "weight_decay": 0.01,
+    "beta1": 0.9,
+    "beta2": 0.999,
+    "grad_clip": 1.0,
+    "divergence_factor": 10.0,
+    "stall_patience": 0,
+}
 EPOCHS = 5
 WARMUP = 0.1
 
 
-def finetune_config(run: str | Path, task: str, seed: int, overrides: dict | None = None,
-                    n_train: int | None = None, n_labels: int = 2, epochs: float = EPOCHS,
-                    step: int | None = None) -> RunConfig:
+def finetune_config(
+    run: str | Path,
+    task: str,
+    seed: int,
+    overrides: dict | None = None,
+    n_train: int | None = None,
+    n_labels: int = 2,
+    epochs: float = EPOCHS,
+    step: int | None = None,
+) -> RunConfig:
     """The RunConfig of one fine-tuning run: the mlm run's model as a classifier, FINETUNE_TRAIN, then
     `overrides` ({"train": {...}, ...}); `n_train` examples give the steps of `epochs` epochs. The
     checkpoint is named by its step (step None: the latest), so the config says which one it was."""
@@ -43,10 +60,22 @@ def finetune_config(run: str | Path, task: str, seed: int, overrides: dict | Non
         step = steps[-1]
     over = {k: dict(v) for k, v in (overrides or {}).items()}
     model = {**pre.cfg.model.to_dict(), "task": "classification", "n_labels": n_labels, **over.pop("model", {})}
-    data = {"source": task, "vocab_size": pre.data.vocab_size, "seq_len": pre.cfg.model.max_seq_len,
-            "cache_dir": pre.data.cache_dir, **over.pop("data", {})}
-    train = {**FINETUNE_TRAIN, "seed": seed, "init_from": str(pre.path), "init_step": step,
-             "precision": pre.cfg.train.precision, "device": pre.cfg.train.device, **over.pop("train", {})}
+    data = {
+        "source": task,
+        "vocab_size": pre.data.vocab_size,
+        "seq_len": pre.cfg.model.max_seq_len,
+        "cache_dir": pre.data.cache_dir,
+        **over.pop("data", {}),
+    }
+    train = {
+        **FINETUNE_TRAIN,
+        "seed": seed,
+        "init_from": str(pre.path),
+        "init_step": step,
+        "precision": pre.cfg.train.precision,
+        "device": pre.cfg.train.device,
+        **over.pop("train", {}),
+    }
     if over:
         raise UserError(f"unknown config section [{next(iter(over))}]")
     if n_train is not None and "steps" not in train:
@@ -67,18 +96,33 @@ def count_examples(run: str | Path, task: str, overrides: dict | None, log) -> t
 
 def aggregate(summaries: list[dict]) -> dict:
     """Mean ± sd of the final score over the seeds that did not diverge, and the failures."""
-    ok = [s["final_score"] for s in summaries if s["status"] == "completed" and s.get("final_score") is not None
-          and math.isfinite(s["final_score"])]
-    return {"seeds": [s["seed"] for s in summaries], "scores": [s.get("final_score") for s in summaries],
-            "statuses": [s["status"] for s in summaries],
-            "mean": statistics.fmean(ok) if ok else None,
-            "sd": statistics.stdev(ok) if len(ok) > 1 else None,  # one surviving seed: no spread to give
-            "failed": sum(s["status"] == "diverged" for s in summaries)}
+    ok = [
+        s["final_score"]
+        for s in summaries
+        if s["status"] == "completed" and s.get("final_score") is not None and math.isfinite(s["final_score"])
+    ]
+    return {
+        "seeds": [s["seed"] for s in summaries],
+        "scores": [s.get("final_score") for s in summaries],
+        "statuses": [s["status"] for s in summaries],
+        "mean": statistics.fmean(ok) if ok else None,
+        "sd": statistics.stdev(ok) if len(ok) > 1 else None,  # one surviving seed: no spread to give
+        "failed": sum(s["status"] == "diverged" for s in summaries),
+    }
 
 
-def finetune(run: str | Path, task: str, out: str | Path, seeds=(0,), step: int | None = None,
-             epochs: float = EPOCHS, overrides: dict | None = None, progress: bool | None = None,
-             log=print, keep_checkpoints: bool = True) -> dict:
+def finetune(
+    run: str | Path,
+    task: str,
+    out: str | Path,
+    seeds=(0,),
+    step: int | None = None,
+    epochs: float = EPOCHS,
+    overrides: dict | None = None,
+    progress: bool | None = None,
+    log=print,
+    keep_checkpoints: bool = True,
+) -> dict:
     """Fine-tune the mlm run `run` on `task` once per seed into out/seed-N; out/finetune.json holds the
     per-seed results and their mean ± sd. Finished seeds are kept (if their config is this one); an
     interrupted one resumes. keep_checkpoints False: a finished seed's checkpoints are deleted (a
@@ -89,8 +133,10 @@ def finetune(run: str | Path, task: str, out: str | Path, seeds=(0,), step: int 
     pre = pretraining_run(run)
     steps = checkpoint_steps(pre.path / "checkpoints")
     if step is not None and step not in steps:  # before the data is built: a typo fails at once
-        raise UserError(f"{pre.path / 'checkpoints'} has no checkpoint of step {step}; it has: "
-                        f"{', '.join(map(str, steps)) or 'none'}")
+        raise UserError(
+            f"{pre.path / 'checkpoints'} has no checkpoint of step {step}; it has: "
+            f"{', '.join(map(str, steps)) or 'none'}"
+        )
     n_train, n_labels = count_examples(run, task, overrides, log)
     summaries = []
     for seed in seeds:
@@ -109,14 +155,24 @@ def finetune(run: str | Path, task: str, out: str | Path, seeds=(0,), step: int 
             break
         if not keep_checkpoints:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-        log(f"seed {seed}: {s['status']}, {s['metric']} {_fmt(s.get('final_score'))} "
-            f"(majority baseline {s['majority_baseline']:.1f})")
+        log(
+            f"seed {seed}: {s['status']}, {s['metric']} {_fmt(s.get('final_score'))} "
+            f"(majority baseline {s['majority_baseline']:.1f})"
+        )
     first = summaries[0]
-    result = {"run": str(pre.path), "task": task, "init_step": cfg.train.init_step, "epochs": epochs,
-              "metric": first.get("metric"), "n_train": first.get("n_train"), "n_val": first.get("n_val"),
-              "majority_baseline": first.get("majority_baseline"), "block": first.get("block"),
-              "status": "interrupted" if any(s["status"] == "interrupted" for s in summaries) else "completed",
-              **aggregate(summaries)}
+    result = {
+        "run": str(pre.path),
+        "task": task,
+        "init_step": cfg.train.init_step,
+        "epochs": epochs,
+        "metric": first.get("metric"),
+        "n_train": first.get("n_train"),
+        "n_val": first.get("n_val"),
+        "majority_baseline": first.get("majority_baseline"),
+        "block": first.get("block"),
+        "status": "interrupted" if any(s["status"] == "interrupted" for s in summaries) else "completed",
+        **aggregate(summaries),
+    }
     write_atomic(out / "finetune.json", json.dumps(result, indent=2) + "\n")
     return result
 

@@ -1,4 +1,5 @@
 """Sampling from a trained causal model: temperature and top-k."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,15 @@ from blocklab.training.config import load_config
 
 
 @torch.no_grad()
-def sample(model, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-           generator: torch.Generator | None = None, stop_id: int | None = None) -> torch.Tensor:
+def sample(
+    model,
+    ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    stop_id: int | None = None,
+) -> torch.Tensor:
     """Append up to max_new_tokens to ids (1, T); temperature 0 is greedy."""
     model.eval()
     T = model.cfg.max_seq_len
@@ -57,8 +65,15 @@ def load_run(run: str | Path, device: str = "cpu"):
     return model.to(device), tokenizer, cfg
 
 
-def generate_text(run, prompt: str, max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 50,
-                  seed: int = 0, device: str = "cpu") -> str:
+def generate_text(
+    run,
+    prompt: str,
+    max_new_tokens: int = 200,
+    temperature: float = 0.8,
+    top_k: int | None = 50,
+    seed: int = 0,
+    device: str = "cpu",
+) -> str:
     model, tokenizer, cfg = load_run(run, device)
     if cfg.model.task != "clm":
         raise UserError(f"{run} is a {cfg.model.task} model; generation needs a causal (clm) model")
@@ -66,8 +81,15 @@ def generate_text(run, prompt: str, max_new_tokens: int = 200, temperature: floa
     if not ids:
         raise UserError("the prompt is empty")
     gen = torch.Generator(device=device).manual_seed(seed)
-    out = sample(model, torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, gen,
-                 stop_id=tokenizer.token_to_id(EOD))
+    out = sample(
+        model,
+        torch.tensor([ids], device=device),
+        max_new_tokens,
+        temperature,
+        top_k,
+        gen,
+        stop_id=tokenizer.token_to_id(EOD),
+    )
     return tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
 
 

@@ -1,4 +1,5 @@
 """Where a run's numbers go: metrics.jsonl, TensorBoard, and a progress bar on a terminal."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,15 @@ def grad_values(norms: dict[str, float]) -> dict[str, float]:
 
 
 class MetricsLogger:
-    def __init__(self, out: Path, start: int, total: int, train_seconds: float, enabled: bool = True,
-                 progress: bool | None = None):
+    def __init__(
+        self,
+        out: Path,
+        start: int,
+        total: int,
+        train_seconds: float,
+        enabled: bool = True,
+        progress: bool | None = None,
+    ):
         self.enabled = enabled
         self.last_train_seconds = train_seconds  # tokens/s covers training compute only, not eval or checkpoints
         if not enabled:
@@ -47,8 +55,14 @@ class MetricsLogger:
     def train_row(self, step: int, loss: float, lr: float, state: dict, tokens: int, model) -> dict:
         seconds = max(state["train_seconds"] - self.last_train_seconds, 1e-9)
         self.last_train_seconds = state["train_seconds"]
-        row = {"step": step, "loss": loss, "lr": lr, "tokens_per_s": tokens / seconds,
-               "tokens": state["tokens"], "elapsed_s": state["wall_seconds"]}
+        row = {
+            "step": step,
+            "loss": loss,
+            "lr": lr,
+            "tokens_per_s": tokens / seconds,
+            "tokens": state["tokens"],
+            "elapsed_s": state["wall_seconds"],
+        }
         row.update({f"gain/{k}": v for k, v in gain_values(model).items()})
         if self.enabled:
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)

@@ -1,4 +1,5 @@
 """Optimizers (no weight decay on gains, norms, biases) and learning-rate schedules with warm-up."""
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@ Order of application (torchtitan's): activation checkpointing, then the regional
 block, then the data-parallel wrapper, then the optimizer (FSDP replaces the parameters by sharded
 DTensors, which the optimizer must hold).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,6 @@
 """The mlm run a classification run starts from (`train.init_from`): its config and tokenizer, checked,
 and its encoder copied into a fresh classifier (SPEC section 3)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ def pretraining_run(run: str | Path) -> Pretrained:
 def _read(path: Path, mtime_ns: int) -> Pretrained:
     cfg = load_config(path / "config.toml")
     if cfg.model.task != "mlm":
-        raise UserError(f"{path} is a {cfg.model.task} run; fine-tuning needs the bidirectional encoder of an "
-                        "mlm run (blocklab train --model.task mlm)")
+        raise UserError(
+            f"{path} is a {cfg.model.task} run; fine-tuning needs the bidirectional encoder of an "
+            "mlm run (blocklab train --model.task mlm)"
+        )
     if not (path / "tokenizer.json").is_file():
         raise UserError(f"{path} has no tokenizer.json")
     try:
@@ -60,8 +63,10 @@ def load_encoder(model: torch.nn.Module, run: str | Path, step: int | None = Non
     own = model.state_dict()
     for k, v in state.items():
         if k not in own or own[k].shape != v.shape:
-            raise UserError(f"checkpoint {ckpt['path']} does not fit the classifier: "
-                            f"{k} {tuple(v.shape)} vs {tuple(own[k].shape) if k in own else 'absent'}")
+            raise UserError(
+                f"checkpoint {ckpt['path']} does not fit the classifier: "
+                f"{k} {tuple(v.shape)} vs {tuple(own[k].shape) if k in own else 'absent'}"
+            )
     missing = model.load_state_dict(state, strict=False).missing_keys
     fresh = [k for k in missing if not k.startswith(HEAD)]
     if fresh:

@@ -8,6 +8,7 @@ checkpoint written by 2 processes resumes on 1 or on 4, and one written by a sin
 run without torchrun) resumes on several. One process reads the model alone for generate, translate
 and finetune (checkpoint.load_checkpoint).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,16 @@ from blocklab.training.checkpoint import (
 from blocklab.training.distributed import Dist
 
 
-def save_sharded(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict,
-                 keep: int, d: Dist, scalars: list[str]) -> Path:
+def save_sharded(
+    root: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict,
+    keep: int,
+    d: Dist,
+    scalars: list[str],
+) -> Path:
     """Called by every process (the writes are collective); returns the checkpoint's folder. `scalars`:
     the parameters that are scalars in the model but 1-element vectors here (parallel.scalars_as_vectors)."""
     pid = [os.getpid()]
@@ -59,8 +68,15 @@ def save_sharded(root: Path, step: int, model: torch.nn.Module, optimizer: torch
     final = root / f"step-{step:08d}"
     if d.main:
         save_file({"rng.torch": torch.get_rng_state()}, tmp / "rng.safetensors")
-        meta = {"step": step, "format": "dcp", "world_size": d.world_size, "scalar_params": scalars,
-                "rng": rng_state(), "numerics": numerics(), "extra": extra}
+        meta = {
+            "step": step,
+            "format": "dcp",
+            "world_size": d.world_size,
+            "scalar_params": scalars,
+            "rng": rng_state(),
+            "numerics": numerics(),
+            "extra": extra,
+        }
         (tmp / "state.json").write_text(json.dumps(meta))
         finish(root, tmp, step, keep, {k: v for part in known for k, v in part.items()})
     if d.enabled:

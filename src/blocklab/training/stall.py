@@ -14,14 +14,16 @@ without a clear descent between them, keeps a healthy run that passes through H 
 or leaves the plateau slowly, from being called stalled. The window lives in the trainer's
 state, so a resumed run decides as the uninterrupted one would.
 """
+
 from __future__ import annotations
 
 import math
 
 
 class StallDetector:
-    def __init__(self, entropy: float | None, warmup_steps: int, margin: float, patience: int,
-                 window: list[float] | None = None):
+    def __init__(
+        self, entropy: float | None, warmup_steps: int, margin: float, patience: int, window: list[float] | None = None
+    ):
         self.entropy = entropy if entropy is not None and math.isfinite(entropy) else None
         self.warmup_steps, self.margin, self.patience = warmup_steps, margin, patience
         self.window = [] if window is None else window  # shared with the trainer's checkpointed state
@@ -35,7 +37,7 @@ class StallDetector:
         if not self.enabled or step <= self.warmup_steps:
             return False
         self.window.append(float(loss))
-        del self.window[:-self.patience]
+        del self.window[: -self.patience]
         return self.stalled()
 
     def stalled(self) -> bool:
@@ -43,7 +45,7 @@ class StallDetector:
         it again, so that different settings (a wider margin, a longer patience) decide anew."""
         if not self.enabled or len(self.window) < self.patience:
             return False
-        window = self.window[-self.patience:]
+        window = self.window[-self.patience :]
         half = self.patience // 2
         first, second = (sum(h) / len(h) for h in (window[:half] or window, window[half:]))
         at_entropy = abs(first - self.entropy) <= self.margin and abs(second - self.entropy) <= self.margin
@@ -60,5 +62,10 @@ class StallDetector:
 def stall_detector(train_cfg, entropy: float | None, state: dict) -> StallDetector:
     """The detector of a run: H is the prepared corpus's unigram entropy (None or nan, where a task's
     data has none: detection is then off), its window kept in `state` for exact resume."""
-    return StallDetector(entropy, train_cfg.warmup_steps, train_cfg.stall_margin, train_cfg.stall_patience,
-                         state.setdefault("stall_window", []))
+    return StallDetector(
+        entropy,
+        train_cfg.warmup_steps,
+        train_cfg.stall_margin,
+        train_cfg.stall_patience,
+        state.setdefault("stall_window", []),
+    )

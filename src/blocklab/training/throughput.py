@@ -11,6 +11,7 @@ products 12 x layers x T x d (both T x T products, counted in full as FlopCounte
 The peak is the datasheet dense tensor-core rate on known GPUs, and the matmul rate measured
 on this machine otherwise (src/blocklab/bench/peak.py), cached per process.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,9 +25,11 @@ from blocklab.bench.peak import matmul_peak
 
 WARMUP_STEPS = 3  # per process: the first steps after a start or a resume
 # Dense peaks (FLOP/s) from the vendors' datasheets (SXM parts; fp32 without TF32).
-GPU_PEAKS = {"H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
-             "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
-             "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}}
+GPU_PEAKS = {
+    "H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+    "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+    "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+}
 
 
 def flops_per_token(model: nn.Module, seq_len: int, attn_layers: int | None = None) -> float:
@@ -99,9 +102,15 @@ class Throughput:
         # The excess of this process's first steps over its steady step time: compilation and warm-up.
         typical = statistics.median(self.steady) if self.steady else (min(self.warmup) if self.warmup else 0.0)
         excess = max(0.0, sum(self.warmup) - typical * len(self.warmup))
-        return {"tokens_per_s": tps, "mfu": self.mfu(tps), "flops_per_token": self.flops_per_token,
-                "peak_flops_per_s": self.peak, "compile_s": excess if self.compiled else None,
-                "startup_s": excess, "steady_steps": len(self.steady)}
+        return {
+            "tokens_per_s": tps,
+            "mfu": self.mfu(tps),
+            "flops_per_token": self.flops_per_token,
+            "peak_flops_per_s": self.peak,
+            "compile_s": excess if self.compiled else None,
+            "startup_s": excess,
+            "steady_steps": len(self.steady),
+        }
 
 
 def peak_memory_mb(device: torch.device) -> float:

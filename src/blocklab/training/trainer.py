@@ -1,4 +1,5 @@
 """The training loop: one run directory, exact resume, divergence detection, signals, DDP."""
+
 from __future__ import annotations
 
 import contextlib
@@ -37,9 +38,20 @@ from blocklab.training.throughput import Throughput, flops_per_token, peak_for, 
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json", "checkpoints", "tb")
 # Fields that may change when resuming: how long to train, how often to log, how to fit the batch in
 # memory and whether to stop stalled runs, not what to train. train.parallel fixes the checkpoint format.
-RESUMABLE_CHANGES = {("train", k) for k in ("steps", "log_every", "eval_every", "checkpoint_every", "eval_batches",
-                                            "grad_accum", "activation_checkpointing", "stall_patience",
-                                            "stall_margin")}
+RESUMABLE_CHANGES = {
+    ("train", k)
+    for k in (
+        "steps",
+        "log_every",
+        "eval_every",
+        "checkpoint_every",
+        "eval_batches",
+        "grad_accum",
+        "activation_checkpointing",
+        "stall_patience",
+        "stall_margin",
+    )
+}
 
 
 def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
@@ -52,8 +64,10 @@ def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) ->
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
         elif resume:
             for key, old, value in config_differences(load_config(out / "config.toml"), cfg, RESUMABLE_CHANGES)[:1]:
-                raise UserError(f"{out} holds a run with {key}={old!r}, not {value!r}; "
-                                f"resume with the same config or pass --overwrite")
+                raise UserError(
+                    f"{out} holds a run with {key}={old!r}, not {value!r}; "
+                    f"resume with the same config or pass --overwrite"
+                )
         else:
             raise UserError(f"{out} already holds a run; pass --resume to continue it or --overwrite to replace it")
     elif resume:
@@ -65,8 +79,15 @@ def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) ->
 class Trainer:
     """The loop of every task; what is particular to a task is its `Task` (training/tasks/)."""
 
-    def __init__(self, cfg: RunConfig, out: Path, resume: bool = False, overwrite: bool = False,
-                 progress: bool | None = None, log=print):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        out: Path,
+        resume: bool = False,
+        overwrite: bool = False,
+        progress: bool | None = None,
+        log=print,
+    ):
         self.cfg, self.out, self.log = cfg, Path(out), log
         self.dist = distributed.setup(cfg.train.device)
         if self.dist.main:
@@ -81,13 +102,17 @@ class Trainer:
         quiet = log if self.dist.main else (lambda *a, **k: None)
         self.data = self.task.prepare(quiet)
         if self.data.vocab_size > cfg.model.vocab_size:
-            raise UserError(f"the tokenizer has {self.data.vocab_size} tokens but model.vocab_size="
-                            f"{cfg.model.vocab_size}; raise model.vocab_size")
+            raise UserError(
+                f"the tokenizer has {self.data.vocab_size} tokens but model.vocab_size="
+                f"{cfg.model.vocab_size}; raise model.vocab_size"
+            )
         self.batches = self.task.batches(self.data, quiet)
         world = self.dist.world_size
         if t.batch_size % (world * t.grad_accum):
-            raise UserError(f"train.batch_size={t.batch_size} does not split into {world} process(es) x "
-                            f"train.grad_accum={t.grad_accum} equal micro-batches")
+            raise UserError(
+                f"train.batch_size={t.batch_size} does not split into {world} process(es) x "
+                f"train.grad_accum={t.grad_accum} equal micro-batches"
+            )
         torch.manual_seed(t.seed)
         self.model = self.task.build_model()
         if not (t.parallel == "fsdp" and self.dist.enabled):
@@ -107,9 +132,18 @@ class Trainer:
         self._count_checked = False  # Task.loss_count against Task.loss, on the first step
         # The block recipe's applied values travel in the checkpoint's run state: a resumed run loads its
         # stored config, which already holds them, so nothing is applied then, yet the run still follows them.
-        self.state = {"step": 0, "initial_loss": None, "tokens": 0, "train_seconds": 0.0, "wall_seconds": 0.0,
-                      "best_eval_loss": None, "last_eval_loss": None, "last_loss": None, "recipe": dict(cfg.recipe),
-                      **self.task.initial_state()}
+        self.state = {
+            "step": 0,
+            "initial_loss": None,
+            "tokens": 0,
+            "train_seconds": 0.0,
+            "wall_seconds": 0.0,
+            "best_eval_loss": None,
+            "last_eval_loss": None,
+            "last_loss": None,
+            "recipe": dict(cfg.recipe),
+            **self.task.initial_state(),
+        }
         flops = flops_per_token(self.model, cfg.data.seq_len, self.task.attention_layers(self.model))
         # MFU of the whole job: the global batch's tokens/s against the peak of every process's device.
         self.throughput = Throughput(self.state, self.compiled, flops, lambda: world * peak_for(dev, t.precision))
@@ -166,8 +200,10 @@ class Trainer:
             total, counted = total + loss_sum.detach(), counted + n
         if not self._count_checked:  # a task's two counts must agree, or every loss is off by their ratio
             if int(counted) != int(n_local):
-                raise RuntimeError(f"{type(self.task).__name__}.loss_count gives {int(n_local)} loss terms for a batch "
-                                   f"whose loss has {int(counted)}")
+                raise RuntimeError(
+                    f"{type(self.task).__name__}.loss_count gives {int(n_local)} loss terms for a batch "
+                    f"whose loss has {int(counted)}"
+                )
             self._count_checked = True
         # Per-layer gradient norms on the steps that get a row only (nothing on the others): unscaled, so
         # true gradients, and before clipping. One unscale_: scaler.step skips it once done here, and
@@ -205,8 +241,10 @@ class Trainer:
         want = "dcp" if self.cfg.train.parallel == "fsdp" else "safetensors"
         ckpt = open_sharded(ckpt_root, self.dist) if want == "dcp" else open_checkpoint(ckpt_root)
         if ckpt["format"] != want:
-            raise UserError(f"checkpoint {ckpt['path']} is {ckpt['format']} but a train.parallel="
-                            f"{self.cfg.train.parallel} run reads {want} checkpoints")
+            raise UserError(
+                f"checkpoint {ckpt['path']} is {ckpt['format']} but a train.parallel="
+                f"{self.cfg.train.parallel} run reads {want} checkpoints"
+            )
         try:
             if want == "dcp":
                 load_sharded(ckpt["path"], self.model, self.optimizer, self.dist)
@@ -220,8 +258,10 @@ class Trainer:
         saved, now = ckpt["meta"].get("numerics"), numerics()
         if saved and saved != now and self.dist.device.type == "cpu" and self.dist.main:
             changed = ", ".join(f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v)
-            self.log(f"warning: resuming with {changed}: the losses may differ from an uninterrupted run's in the "
-                     "last digits (a bit-exact resume needs the same torch build, CPU type, thread count and MKL_CBWR)")
+            self.log(
+                f"warning: resuming with {changed}: the losses may differ from an uninterrupted run's in the "
+                "last digits (a bit-exact resume needs the same torch build, CPU type, thread count and MKL_CBWR)"
+            )
         self.state.update(ckpt["extra"])
         return ckpt["step"]
 
@@ -234,17 +274,30 @@ class Trainer:
 
     def summary(self, status: str, step: int, extra: dict | None = None) -> dict:
         s, t = self.state, self.cfg.train
-        out = {"status": status, "step": step, "steps": t.steps, "block": self.cfg.model.block,
-               "task": self.cfg.model.task, "recipe": dict(s.get("recipe") or {}),
-               "n_params": count_parameters(self.model),
-               "initial_loss": s["initial_loss"], "final_loss": s["last_loss"],
-               "final_eval_loss": s["last_eval_loss"], "final_eval_se": s.get("last_eval_se"),
-               "best_eval_loss": s["best_eval_loss"],
-               "tokens": s["tokens"], "wall_time_s": s["wall_seconds"], "world_size": self.dist.world_size,
-               "device": str(self.dist.device), "precision": t.precision, "compile": self.compiled,
-               "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype()),
-               "parallel": t.parallel if self.dist.enabled or t.parallel == "fsdp" else None, "grad_accum": t.grad_accum,
-               "peak_memory_mb": self.dist.max(peak_memory_mb(self.dist.device))}
+        out = {
+            "status": status,
+            "step": step,
+            "steps": t.steps,
+            "block": self.cfg.model.block,
+            "task": self.cfg.model.task,
+            "recipe": dict(s.get("recipe") or {}),
+            "n_params": count_parameters(self.model),
+            "initial_loss": s["initial_loss"],
+            "final_loss": s["last_loss"],
+            "final_eval_loss": s["last_eval_loss"],
+            "final_eval_se": s.get("last_eval_se"),
+            "best_eval_loss": s["best_eval_loss"],
+            "tokens": s["tokens"],
+            "wall_time_s": s["wall_seconds"],
+            "world_size": self.dist.world_size,
+            "device": str(self.dist.device),
+            "precision": t.precision,
+            "compile": self.compiled,
+            "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype()),
+            "parallel": t.parallel if self.dist.enabled or t.parallel == "fsdp" else None,
+            "grad_accum": t.grad_accum,
+            "peak_memory_mb": self.dist.max(peak_memory_mb(self.dist.device)),
+        }
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
         out.update(self.task.summary_fields(s))
         if hasattr(self.data, "unigram_eval_loss"):  # language-model corpora: the score of a failed run
@@ -277,8 +330,10 @@ class Trainer:
         if start >= t.steps:
             return self.summary("completed", start)
         if self.dist.main:
-            self.log(f"attention path: {attention_path(self.model, self.dist.device, self.compute_dtype())} "
-                     f"(attn_impl={self.cfg.model.attn_impl!r} on {self.dist.device.type})")
+            self.log(
+                f"attention path: {attention_path(self.model, self.dist.device, self.compute_dtype())} "
+                f"(attn_impl={self.cfg.model.attn_impl!r} on {self.dist.device.type})"
+            )
         logger = MetricsLogger(self.out, start, t.steps, self.state["train_seconds"], self.dist.main, self.progress)
         stop = _SignalFlag()
         tokens_per_step = self.batches.train.tokens_per_step
@@ -299,8 +354,10 @@ class Trainer:
                         self.state["initial_loss"] = loss
                     if not math.isfinite(loss) or loss > t.divergence_factor * self.state["initial_loss"]:
                         status, extra = "diverged", {"diverged_step": step + 1, "diverged_loss": loss}
-                        self.log(f"diverged at step {step + 1}: loss {loss:.4g} "
-                                 f"(initial {self.state['initial_loss']:.4g}); the last good checkpoint is kept")
+                        self.log(
+                            f"diverged at step {step + 1}: loss {loss:.4g} "
+                            f"(initial {self.state['initial_loss']:.4g}); the last good checkpoint is kept"
+                        )
                         break
                     window.append(loss)
                     done = step + 1
@@ -308,8 +365,14 @@ class Trainer:
                     self.state["wall_seconds"] = time.perf_counter() - wall0
                     row = None
                     if self.logs_step(done):
-                        row = logger.train_row(done, sum(window) / len(window), self.optimizer.param_groups[0]["lr"],
-                                               self.state, len(window) * tokens_per_step, self.model)
+                        row = logger.train_row(
+                            done,
+                            sum(window) / len(window),
+                            self.optimizer.param_groups[0]["lr"],
+                            self.state,
+                            len(window) * tokens_per_step,
+                            self.model,
+                        )
                         row["mfu"] = self.throughput.mfu(row["tokens_per_s"])
                         window = []
                     if self.grad_norms is not None:
@@ -322,8 +385,11 @@ class Trainer:
                         # At the run's precision, as training: a compiled block would otherwise recompile
                         # for autocast off (on an H100 a fine-tuning run hit dynamo's recompile limit).
                         with self.autocast():
-                            row.update(self.task.evaluate(self.model, self.data, self.batches.val,
-                                                          self.dist.device, self.state))
+                            row.update(
+                                self.task.evaluate(
+                                    self.model, self.data, self.batches.val, self.dist.device, self.state
+                                )
+                            )
                     if row is not None:
                         logger.write(row)
                     logger.advance()
@@ -337,8 +403,10 @@ class Trainer:
                         status, extra = "stalled", stall.summary(done)
                         self.state["stalled_step"] = done
                         self.save(done)
-                        self.log(f"stalled at step {done}: the loss has stayed within {t.stall_margin:g} of the "
-                                 f"unigram entropy {stall.entropy:.4g} for {t.stall_patience} steps; checkpoint kept")
+                        self.log(
+                            f"stalled at step {done}: the loss has stayed within {t.stall_margin:g} of the "
+                            f"unigram entropy {stall.entropy:.4g} for {t.stall_patience} steps; checkpoint kept"
+                        )
                         step = done
                         break
                     if done % t.checkpoint_every == 0 or done == t.steps:
@@ -373,7 +441,13 @@ class _SignalFlag:
             signal.signal(sig, old)
 
 
-def train(cfg: RunConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
-          progress: bool | None = None, log=print) -> dict:
+def train(
+    cfg: RunConfig,
+    out: str | Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    log=print,
+) -> dict:
     """Train one run into `out`; returns the summary (also written to summary.json)."""
     return Trainer(cfg, Path(out), resume, overwrite, progress, log).run()

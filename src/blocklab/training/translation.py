@@ -13,6 +13,7 @@ BLEU (sacrebleu, its default 13a tokenisation, on detokenized text) at each eval
 decoding, on the same validation pairs the evaluation loss uses: the first `eval_batches x batch_size`
 of the validation split (all of them when there are fewer).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,9 @@ def prepare_corpus(cfg, log=print) -> ParallelCorpus:
     corpus = prepare_parallel(cfg.data, log=log)
     corpus.label_smoothing = cfg.train.label_smoothing
     if (corpus.pad_id, corpus.eod_id) != (PAD_ID, EOS_ID):
-        raise UserError(f"the tokenizer's <pad>/<eod> ids {corpus.pad_id}/{corpus.eod_id} are not the model's "
-                        f"{PAD_ID}/{EOS_ID}")
+        raise UserError(
+            f"the tokenizer's <pad>/<eod> ids {corpus.pad_id}/{corpus.eod_id} are not the model's {PAD_ID}/{EOS_ID}"
+        )
     return corpus
 
 
@@ -45,9 +47,9 @@ def collate(pairs: PairIndex, rows, pad_id: int, eos_id: int):
     dec = np.full((B, T), pad_id, dtype=np.int64)
     labels = np.full((B, T), IGNORE_INDEX, dtype=np.int64)
     for b, (s, t) in enumerate(zip(srcs, tgts)):
-        src[b, :len(s)], mask[b, :len(s)] = s, 1
-        dec[b, 0], dec[b, 1:len(t)] = eos_id, t[:-1]
-        labels[b, :len(t)] = t
+        src[b, : len(s)], mask[b, : len(s)] = s, 1
+        dec[b, 0], dec[b, 1 : len(t)] = eos_id, t[:-1]
+        labels[b, : len(t)] = t
     return tuple(torch.from_numpy(a) for a in (src, mask, dec, labels))
 
 
@@ -87,16 +89,23 @@ class TranslationBatches:
     def val_batches(self, n_batches: int):
         rows = self.eval_rows(n_batches)
         for i in range(0, len(rows), self.batch_size):
-            yield collate(self.pairs, rows[i:i + self.batch_size], self.pad_id, self.eos_id)
+            yield collate(self.pairs, rows[i : i + self.batch_size], self.pad_id, self.eos_id)
 
 
 def make_batches(corpus: ParallelCorpus, data_cfg, train_cfg, log=print):
-    args = dict(seq_len=data_cfg.seq_len, batch_size=train_cfg.batch_size, seed=train_cfg.seed,
-                pad_id=corpus.pad_id, eos_id=corpus.eod_id)
+    args = dict(
+        seq_len=data_cfg.seq_len,
+        batch_size=train_cfg.batch_size,
+        seed=train_cfg.seed,
+        pad_id=corpus.pad_id,
+        eos_id=corpus.eod_id,
+    )
     train, val = TranslationBatches(corpus.train, **args), TranslationBatches(corpus.val, **args)
     if train.dropped or val.dropped:
-        log(f"data: {train.dropped:,} train / {val.dropped:,} val pairs longer than data.seq_len={data_cfg.seq_len} "
-            "tokens left out")
+        log(
+            f"data: {train.dropped:,} train / {val.dropped:,} val pairs longer than data.seq_len={data_cfg.seq_len} "
+            "tokens left out"
+        )
     return train, val
 
 
@@ -105,8 +114,15 @@ def loss_terms(model, batch, device, autocast, label_smoothing: float = 0.0):
     training objective's (the caller passes 0 at evaluation)."""
     src, mask, dec, labels = (x.to(device) for x in batch)
     with autocast():
-        loss_sum = model(src, mask, decoder_input_ids=dec, labels=labels, loss_reduction="sum",
-                         return_logits=False, label_smoothing=label_smoothing).loss
+        loss_sum = model(
+            src,
+            mask,
+            decoder_input_ids=dec,
+            labels=labels,
+            loss_reduction="sum",
+            return_logits=False,
+            label_smoothing=label_smoothing,
+        ).loss
     return loss_sum, (labels != IGNORE_INDEX).sum()
 
 
@@ -121,27 +137,35 @@ def detokenize(tokenizer, eod_id: int, ids) -> str:
     if ids and ids[0] == eod_id:
         ids = ids[1:]
     if eod_id in ids:
-        ids = ids[:ids.index(eod_id)]
+        ids = ids[: ids.index(eod_id)]
     return tokenizer.decode(ids, skip_special_tokens=True).strip()
 
 
 @torch.no_grad()
-def translate_ids(model, sources: list[list[int]], pad_id: int, device, batch_size: int = 32,
-                  num_beams: int = 1, max_new_tokens: int | None = None,
-                  length_penalty: float = 1.0) -> list[list[int]]:
+def translate_ids(
+    model,
+    sources: list[list[int]],
+    pad_id: int,
+    device,
+    batch_size: int = 32,
+    num_beams: int = 1,
+    max_new_tokens: int | None = None,
+    length_penalty: float = 1.0,
+) -> list[list[int]]:
     """Generated ids for each source (ids ending in <eod>), in order; batches sorted by length."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list = [None] * len(sources)
     limit = max_new_tokens or model.cfg.max_seq_len
     for i in range(0, len(order), batch_size):
-        rows = order[i:i + batch_size]
+        rows = order[i : i + batch_size]
         S = max(len(sources[r]) for r in rows)
         src = torch.full((len(rows), S), pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), S), dtype=torch.long)
         for b, r in enumerate(rows):
-            src[b, :len(sources[r])], mask[b, :len(sources[r])] = torch.tensor(sources[r]), 1
-        ids = model.generate(src.to(device), mask.to(device), max_new_tokens=limit, num_beams=num_beams,
-                             length_penalty=length_penalty)
+            src[b, : len(sources[r])], mask[b, : len(sources[r])] = torch.tensor(sources[r]), 1
+        ids = model.generate(
+            src.to(device), mask.to(device), max_new_tokens=limit, num_beams=num_beams, length_penalty=length_penalty
+        )
         for b, r in enumerate(rows):
             out[r] = ids[b].tolist()
     return out

@@ -29,6 +29,7 @@ it departs from CuBERT. What the five share:
   not make length tell the label.
 - CuBERT also deduplicates its corpus; we leave that to whoever assembles the files.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -45,28 +46,45 @@ from blocklab.data.documents import Document
 from blocklab.data.examples import Example
 from blocklab.errors import UserError
 
-CODE_TASKS: tuple[str, ...] = ("exception-type", "variable-misuse", "wrong-operator",
-                               "swapped-operand", "docstring-mismatch")
+CODE_TASKS: tuple[str, ...] = (
+    "exception-type",
+    "variable-misuse",
+    "wrong-operator",
+    "swapped-operand",
+    "docstring-mismatch",
+)
 
 # The three tasks that mutate one function at a time: function -> mutated text or None.
-_MUTATIONS = {"variable-misuse": misuse_variable, "wrong-operator": wrong_operator,
-              "swapped-operand": swap_operands}
+_MUTATIONS = {"variable-misuse": misuse_variable, "wrong-operator": wrong_operator, "swapped-operand": swap_operands}
 
 # Every count, in this order, even when zero, so logs of different runs line up.
-_COUNTS = ("files", "files_failed", "functions", "functions_too_long", "functions_failed",
-           "functions_without_candidate", "mutations_failed")
+_COUNTS = (
+    "files",
+    "files_failed",
+    "functions",
+    "functions_too_long",
+    "functions_failed",
+    "functions_without_candidate",
+    "mutations_failed",
+)
 
 
 @dataclass
 class CodeTask:
     name: str
     examples: list[Example]  # .doc: the Document.name the example came from
-    label_names: list[str]   # index = label
+    label_names: list[str]  # index = label
     info: dict = field(default_factory=dict)
 
 
-def build_code_task(name: str, docs: Iterable[Document], seed: int = 0, max_chars: int = 2000,
-                    n_exception_classes: int = 20, side: Callable[[str], Hashable] | None = None) -> CodeTask:
+def build_code_task(
+    name: str,
+    docs: Iterable[Document],
+    seed: int = 0,
+    max_chars: int = 2000,
+    n_exception_classes: int = 20,
+    side: Callable[[str], Hashable] | None = None,
+) -> CodeTask:
     """The task's examples from `docs`, in file order then function order.
 
     Files that do not parse are skipped (and counted), so are functions whose source is
@@ -86,13 +104,20 @@ def build_code_task(name: str, docs: Iterable[Document], seed: int = 0, max_char
     else:
         examples, label_names = _binary_examples(name, functions, seed, info), ["correct", "buggy"]
     per_label = Counter(ex.label for ex in examples)
-    return CodeTask(name, examples, label_names, info={
-        "task": name, **info, "examples": len(examples),
-        "examples_per_label": {label: per_label[i] for i, label in enumerate(label_names)}})
+    return CodeTask(
+        name,
+        examples,
+        label_names,
+        info={
+            "task": name,
+            **info,
+            "examples": len(examples),
+            "examples_per_label": {label: per_label[i] for i, label in enumerate(label_names)},
+        },
+    )
 
 
-def _binary_examples(name: str, functions: Iterable[Function], seed: int,
-                     info: Counter) -> list[Example]:
+def _binary_examples(name: str, functions: Iterable[Function], seed: int, info: Counter) -> list[Example]:
     mutate = _MUTATIONS[name]
     examples = []
     for fn in functions:

@@ -13,6 +13,7 @@ this task's negatives (alone among the five) depend on the other files;
 the draw is still seeded by the function alone, and a docstring with the very same text
 as the function's own is never drawn (that "mismatch" would be a match).
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,8 +44,9 @@ def without_docstring(fn: Function) -> str | None:
     return code if parses(code) else None
 
 
-def docstring_examples(functions: Iterable[Function], seed: int, info: Counter,
-                       side: Callable[[str], Hashable] | None = None) -> list[Example]:
+def docstring_examples(
+    functions: Iterable[Function], seed: int, info: Counter, side: Callable[[str], Hashable] | None = None
+) -> list[Example]:
     found = []  # (doc, pos, docstring, code, key)
     for fn in functions:
         docstring = ast.get_docstring(fn.node)

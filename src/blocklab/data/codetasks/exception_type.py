@@ -12,6 +12,7 @@ clause is drawn before the class list is known, so a function's draw depends onl
 function; the list of kept classes is the one thing that depends on the whole input.
 The other except clauses of the function stay as they are, as in CuBERT.
 """
+
 from __future__ import annotations
 
 import ast
@@ -33,10 +34,14 @@ def _dotted(node: ast.expr) -> bool:
 def mask_exception(fn: Function, rng, info: Counter) -> tuple[str, str] | None:
     """(the function with one exception type masked, that type), or None if no clause
     of the function names a single class."""
-    clauses = sorted((node for node in fn.own_nodes(signature=False)
-                      if isinstance(node, ast.ExceptHandler) and node.type is not None
-                      and _dotted(node.type)),
-                     key=lambda n: (n.lineno, n.col_offset))
+    clauses = sorted(
+        (
+            node
+            for node in fn.own_nodes(signature=False)
+            if isinstance(node, ast.ExceptHandler) and node.type is not None and _dotted(node.type)
+        ),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
     if not clauses:
         info["functions_without_candidate"] += 1
         return None
@@ -49,8 +54,9 @@ def mask_exception(fn: Function, rng, info: Counter) -> tuple[str, str] | None:
     return masked, ast.unparse(clause.type)
 
 
-def exception_examples(functions: Iterable[Function], seed: int, n_classes: int,
-                       info: Counter) -> tuple[list[Example], list[str]]:
+def exception_examples(
+    functions: Iterable[Function], seed: int, n_classes: int, info: Counter
+) -> tuple[list[Example], list[str]]:
     """The examples and the class names (most frequent first, ties by name)."""
     found = []
     for fn in functions:

@@ -5,6 +5,7 @@ An "occurrence" is one operator between two operands: a BinOp, a Compare with a 
 operator (`a < b < c` is two comparisons and neither can be changed alone), or one of
 the operators of a BoolOp (`a and b or` ... `a and b and c` holds two).
 """
+
 from __future__ import annotations
 
 import ast
@@ -13,12 +14,31 @@ from dataclasses import dataclass
 from blocklab.data.codetasks.source import Function
 
 SPELLING: dict[type, str] = {
-    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
-    ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@",
-    ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
-    ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
-    ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in",
-    ast.And: "and", ast.Or: "or",
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.MatMult: "@",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.And: "and",
+    ast.Or: "or",
 }
 
 # Operators that can replace one another (CuBERT: "type-compatible"). CuBERT's groups are
@@ -31,12 +51,12 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("and", "or"),
 )
 PARTNERS: dict[str, tuple[str, ...]] = {
-    op: tuple(other for other in group if other != op) for group in GROUPS for op in group}
+    op: tuple(other for other in group if other != op) for group in GROUPS for op in group
+}
 
 # a op b != b op a. Left out: the commutative + * == != & | ^ and or, and `is` / `is not`,
 # whose swap changes nothing a reader could call a bug.
-NON_COMMUTATIVE = frozenset({"-", "/", "//", "%", "**", "@", "<<", ">>",
-                             "<", "<=", ">", ">=", "in", "not in"})
+NON_COMMUTATIVE = frozenset({"-", "/", "//", "%", "**", "@", "<<", ">>", "<", "<=", ">", ">=", "in", "not in"})
 
 
 @dataclass
@@ -54,9 +74,12 @@ def is_string_format(node: ast.AST) -> bool:
     """`"..." % args`: string formatting written as an operator. Left out of both operator tasks: a
     string literal beside the operator gives a swap or a replacement away (it made 29% of the standard
     library's swapped-operand pairs), so it would measure nothing about the encoder. CuBERT keeps it."""
-    return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
-            and isinstance(node.left, (ast.Constant, ast.JoinedStr))
-            and isinstance(getattr(node.left, "value", ""), (str, bytes)))
+    return (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mod)
+        and isinstance(node.left, (ast.Constant, ast.JoinedStr))
+        and isinstance(getattr(node.left, "value", ""), (str, bytes))
+    )
 
 
 def occurrences(fn: Function) -> list[Occurrence]:

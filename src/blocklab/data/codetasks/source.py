@@ -9,6 +9,7 @@ Two position systems meet here. `ast` gives (line, column) with the column in UT
 *bytes*; `tokenize` gives (line, column) in *characters*. A line holding "é" or "日" makes
 them differ, so both are turned into one character offset into the function's text.
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,8 +31,7 @@ FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
 # its own). f-strings are left out because before Python 3.12 the positions of the
 # expressions inside them are unreliable and tokenize sees one opaque STRING token.
 _NOT_OWN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.JoinedStr)
-_TRIVIA = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT,
-           tokenize.DEDENT, tokenize.ENDMARKER)
+_TRIVIA = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
 
 
 def split_lines(text: str) -> list[str]:
@@ -90,8 +90,7 @@ class Function:
         return self._starts[lineno - 1] + col_bytes
 
     def span(self, node: ast.AST) -> tuple[int, int]:
-        return (self.offset(node.lineno, node.col_offset),
-                self.offset(node.end_lineno, node.end_col_offset))
+        return (self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset))
 
     def segment(self, node: ast.AST) -> str:
         start, end = self.span(node)
@@ -109,10 +108,16 @@ class Function:
         return self._tokens
 
     def _tokenize(self) -> list[Token]:
-        return [Token(tok.type, tok.string, self._starts[tok.start[0] - 1] + tok.start[1],
-                      self._starts[tok.end[0] - 1] + tok.end[1])
-                for tok in tokenize.generate_tokens(io.StringIO(self.text).readline)
-                if tok.type not in _TRIVIA]
+        return [
+            Token(
+                tok.type,
+                tok.string,
+                self._starts[tok.start[0] - 1] + tok.start[1],
+                self._starts[tok.end[0] - 1] + tok.end[1],
+            )
+            for tok in tokenize.generate_tokens(io.StringIO(self.text).readline)
+            if tok.type not in _TRIVIA
+        ]
 
     def tokens_between(self, start: int, end: int) -> list[Token]:
         return [tok for tok in self.tokens() if tok.start >= start and tok.end <= end]
@@ -140,8 +145,7 @@ class Function:
         while todo:
             node = todo.pop()
             yield node
-            todo.extend(child for child in ast.iter_child_nodes(node)
-                        if not isinstance(child, _NOT_OWN))
+            todo.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, _NOT_OWN))
 
 
 def rng_for(seed: int, task: str, doc: str, pos: int) -> random.Random:
@@ -174,10 +178,10 @@ def function_text(lines: list[str], node: ast.AST) -> str:
     with it always leaves a method at column 0 and code that parses."""
     first, last = lines[node.lineno - 1], lines[node.end_lineno - 1]
     end_chars = len(last.encode("utf-8")[: node.end_col_offset].decode("utf-8"))
-    body = lines[node.lineno - 1: node.end_lineno - 1] + [last[:end_chars] + "\n"]
+    body = lines[node.lineno - 1 : node.end_lineno - 1] + [last[:end_chars] + "\n"]
     indent = first[: len(first) - len(first.lstrip(" \t\f"))]
     if indent:
-        body = [line[len(indent):] if line.startswith(indent) else line for line in body]
+        body = [line[len(indent) :] if line.startswith(indent) else line for line in body]
     return "".join(body)
 
 
@@ -193,8 +197,9 @@ def read_functions(docs: Iterable[Document], max_chars: int, info: Counter) -> I
             info["files_failed"] += 1
             continue
         lines = split_lines(text)
-        defs = sorted((n for n in ast.walk(tree) if isinstance(n, FUNCTION_NODES)),
-                      key=lambda n: (n.lineno, n.col_offset))
+        defs = sorted(
+            (n for n in ast.walk(tree) if isinstance(n, FUNCTION_NODES)), key=lambda n: (n.lineno, n.col_offset)
+        )
         for pos, node in enumerate(defs):
             info["functions"] += 1
             source = function_text(lines, node)

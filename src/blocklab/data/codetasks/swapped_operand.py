@@ -11,6 +11,7 @@ the original's with the two operands exchanged. `a - b - c` swapped at its outer
 needs parentheses that were not written (`c - (a - b)`); we add them only then, so a
 buggy function carries no extra parentheses where none are needed.
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,8 +21,19 @@ from blocklab.data.codetasks.operators import NON_COMMUTATIVE, Occurrence, occur
 from blocklab.data.codetasks.source import PARSE_ERRORS, Function, splice
 
 # Operands that never need parentheses, wherever they go.
-_ATOMS = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Call,
-          ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+_ATOMS = (
+    ast.Name,
+    ast.Constant,
+    ast.Attribute,
+    ast.Subscript,
+    ast.Call,
+    ast.List,
+    ast.Dict,
+    ast.Set,
+    ast.ListComp,
+    ast.DictComp,
+    ast.SetComp,
+)
 
 
 def _exchange(occ: Occurrence) -> None:
@@ -35,7 +47,7 @@ def _exchange(occ: Occurrence) -> None:
 
 def _swap_text(fn: Function, occ: Occurrence, parenthesize: bool) -> str:
     lspan, rspan = fn.with_parens(occ.left), fn.with_parens(occ.right)
-    left, right = fn.text[lspan[0]:lspan[1]], fn.text[rspan[0]:rspan[1]]
+    left, right = fn.text[lspan[0] : lspan[1]], fn.text[rspan[0] : rspan[1]]
     if parenthesize:
         # Only an operand without parentheses of its own that is not an atom can need them.
         if lspan == fn.span(occ.left) and not isinstance(occ.left, _ATOMS):
@@ -47,8 +59,9 @@ def _swap_text(fn: Function, occ: Occurrence, parenthesize: bool) -> str:
 
 def swap_operands(fn: Function, rng, info: Counter) -> str | None:
     """The function with one operation's operands swapped, or None if it has none to swap."""
-    candidates = [occ for occ in occurrences(fn)
-                  if occ.op in NON_COMMUTATIVE and fn.segment(occ.left) != fn.segment(occ.right)]
+    candidates = [
+        occ for occ in occurrences(fn) if occ.op in NON_COMMUTATIVE and fn.segment(occ.left) != fn.segment(occ.right)
+    ]
     if not candidates:
         info["functions_without_candidate"] += 1
         return None

@@ -13,6 +13,7 @@ needs a full scope analysis and parameters plus assignments cover most of the us
 A use is a read of one of those names in the body (not in defaults or annotations,
 which run in the enclosing scope), outside nested defs, classes and lambdas.
 """
+
 from __future__ import annotations
 
 import ast
@@ -44,9 +45,14 @@ def misuse_variable(fn: Function, rng, info: Counter) -> str | None:
     if len(names) < 2:
         info["functions_without_candidate"] += 1
         return None
-    uses = sorted((node for node in fn.own_nodes(signature=False)
-                   if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names),
-                  key=lambda n: (n.lineno, n.col_offset))
+    uses = sorted(
+        (
+            node
+            for node in fn.own_nodes(signature=False)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names
+        ),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
     if not uses:
         info["functions_without_candidate"] += 1
         return None
@@ -61,4 +67,3 @@ def misuse_variable(fn: Function, rng, info: Counter) -> str | None:
         info["mutations_failed"] += 1
         return None
     return mutated
-

@@ -12,6 +12,7 @@ its neighbours (`a + b * c` -> `a ** b * c`): that is still the text a programme
 typed the wrong operator would have written, so we keep it, as long as it parses.
 Deviation: CuBERT's groups are arithmetic, comparison and boolean; we add a bitwise group.
 """
+
 from __future__ import annotations
 
 from collections import Counter

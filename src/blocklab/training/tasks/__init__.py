@@ -5,6 +5,7 @@ owns) and its entry below; the trainer needs no change. The model side (the task
 `blocklab.registry.TASKS`, the blocks that offer it, `blocklab.model.build_model` or the task's own
 `build_model`) is the model package's.
 """
+
 from __future__ import annotations
 
 from blocklab.errors import UserError
@@ -14,8 +15,12 @@ from blocklab.training.tasks.classification import Classification
 from blocklab.training.tasks.lm import CausalLM, MaskedLM
 from blocklab.training.tasks.translation import Translation
 
-TASKS: dict[str, type[Task]] = {"clm": CausalLM, "mlm": MaskedLM, "translation": Translation,
-                                "classification": Classification}
+TASKS: dict[str, type[Task]] = {
+    "clm": CausalLM,
+    "mlm": MaskedLM,
+    "translation": Translation,
+    "classification": Classification,
+}
 
 
 def get_task(cfg: RunConfig) -> Task:
@@ -23,8 +28,9 @@ def get_task(cfg: RunConfig) -> Task:
     try:
         cls = TASKS[cfg.model.task]
     except KeyError:
-        raise UserError(f"model.task={cfg.model.task!r} has no training task; choose one of: "
-                        f"{', '.join(TASKS)}") from None
+        raise UserError(
+            f"model.task={cfg.model.task!r} has no training task; choose one of: {', '.join(TASKS)}"
+        ) from None
     return cls(cfg)
 
 

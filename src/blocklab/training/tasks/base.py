@@ -11,6 +11,7 @@ Random-number discipline (the golden runs pin it): the trainer calls `prepare`, 
 then seeds torch with `train.seed` and calls `build_model`; batches are pure functions of
 (seed, step), so a task must not draw from torch's global generator outside `build_model`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -31,8 +32,8 @@ Autocast = Callable[[], AbstractContextManager]  # a fresh autocast context for 
 class TaskData(Protocol):
     """A prepared corpus, as the trainer uses it."""
 
-    tokenizer: Any          # saved as tokenizer.json in the run directory
-    vocab_size: int         # checked against model.vocab_size
+    tokenizer: Any  # saved as tokenizer.json in the run directory
+    vocab_size: int  # checked against model.vocab_size
     unigram_entropy: float | None  # the stall detector's reference (training/stall.py); None turns it off
 
 
@@ -88,8 +89,9 @@ class Task:
         return model.cfg.n_layers
 
     # --- loss and evaluation ------------------------------------------------------------------
-    def loss(self, model: nn.Module, batch: Any, device: torch.device,
-             autocast: Autocast) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(
+        self, model: nn.Module, batch: Any, device: torch.device, autocast: Autocast
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(summed token loss, number of loss tokens) of this rank's batch: the trainer divides by
         the global count, so DDP's gradient average equals the gradient of the global-batch mean.
         `model` may be the DDP wrapper (training) or the bare model in eval mode (evaluation)."""
@@ -100,8 +102,7 @@ class Task:
         trainer needs the global count before the first micro-batch's backward."""
         raise NotImplementedError
 
-    def evaluate(self, model: nn.Module, data: TaskData, val: BatchSource, device: torch.device,
-                 state: dict) -> dict:
+    def evaluate(self, model: nn.Module, data: TaskData, val: BatchSource, device: torch.device, state: dict) -> dict:
         """Metrics added to the metrics row of an evaluation step (after the eval loss), recording
         what the summary needs in `state` (checkpointed, so a resumed run continues it)."""
         return {}

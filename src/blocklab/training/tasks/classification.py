@@ -2,6 +2,7 @@
 representation, on a code task or GLUE-layout data (data/downstream.py), scored as GLUE scores the
 task (data/scores.py) at every evaluation step. From scratch, or fine-tuned: `train.init_from` names
 an mlm run whose encoder and tokenizer it starts from (training/finetune.py, `blocklab finetune`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,9 +54,11 @@ def load_data(cfg, log) -> ClassificationData:
 
 def _describe_line(info: dict, labelled, max_len: int) -> str:
     drop = labelled.info.get("kind") == "code"
-    return (f"{info['n_train']:,} training / {info['n_val']:,} validation examples, {labelled.n_labels} label(s), "
-            f"metric {labelled.metric}; {info['label_counts']}; majority baseline {info['majority_baseline']:.1f}; "
-            + (f"{info['dropped']:,} longer than {max_len} tokens left out" if drop else f"{info['truncated']:,} truncated"))
+    return (
+        f"{info['n_train']:,} training / {info['n_val']:,} validation examples, {labelled.n_labels} label(s), "
+        f"metric {labelled.metric}; {info['label_counts']}; majority baseline {info['majority_baseline']:.1f}; "
+        + (f"{info['dropped']:,} longer than {max_len} tokens left out" if drop else f"{info['truncated']:,} truncated")
+    )
 
 
 def _build_data(cfg, log) -> ClassificationData:
@@ -64,20 +67,25 @@ def _build_data(cfg, log) -> ClassificationData:
     if pre is not None:
         tokenizer = pre.tokenizer
     else:
-        tokenizer = train_tokenizer((t for e in labelled.train for t in (e.text, e.text_pair) if t),
-                                    cfg.data.vocab_size)
+        tokenizer = train_tokenizer(
+            (t for e in labelled.train for t in (e.text, e.text_pair) if t), cfg.data.vocab_size
+        )
     # A mutated code token cut off by truncation would leave a label the text no longer shows.
     drop = labelled.info.get("kind") == "code"
     regression = labelled.label_names is None
-    enc = [encode_examples(tokenizer, split, cfg.model.max_seq_len, regression, drop_long=drop)
-           for split in (labelled.train, labelled.val)]
+    enc = [
+        encode_examples(tokenizer, split, cfg.model.max_seq_len, regression, drop_long=drop)
+        for split in (labelled.train, labelled.val)
+    ]
     n = cfg.data.max_examples  # validation keeps a quarter of it, as the code tasks' split does
     enc = [enc[0].cap(n, source_order), enc[1].cap(None if n is None else max(1, n // 4), source_order)]
     for split, e, given in (("training", enc[0], labelled.train), ("validation", enc[1], labelled.val)):
         if not e.ids:
-            raise UserError(f"{labelled.name}: none of the {len(given):,} {split} examples fits in model.max_seq_len="
-                            f"{cfg.model.max_seq_len} tokens" + (" (raise data.task_pool_mb or the pre-training "
-                                                                "seq_len)" if drop else ""))
+            raise UserError(
+                f"{labelled.name}: none of the {len(given):,} {split} examples fits in model.max_seq_len="
+                f"{cfg.model.max_seq_len} tokens"
+                + (" (raise data.task_pool_mb or the pre-training seq_len)" if drop else "")
+            )
     info = describe(labelled, *enc)
     return ClassificationData(tokenizer, tokenizer.get_vocab_size(), labelled, *enc, info=info)
 
@@ -86,8 +94,10 @@ class Classification(Task):
     def prepare(self, log) -> ClassificationData:
         data = load_data(self.cfg, log)
         if self.cfg.model.n_labels != data.labelled.n_labels:
-            raise UserError(f"model.n_labels={self.cfg.model.n_labels} but {data.labelled.name} has "
-                            f"{data.labelled.n_labels} label(s); set --model.n_labels {data.labelled.n_labels}")
+            raise UserError(
+                f"model.n_labels={self.cfg.model.n_labels} but {data.labelled.name} has "
+                f"{data.labelled.n_labels} label(s); set --model.n_labels {data.labelled.n_labels}"
+            )
         self.info = data.info
         return data
 
@@ -97,8 +107,10 @@ class Classification(Task):
         # limit of 8 and fell back to eager): pad to max_seq_len there; eager runs pad per batch.
         cuda = t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
         pad_to = self.cfg.model.max_seq_len if compiles(t, "cuda" if cuda else "cpu") else None
-        return Batches(LabelledBatches(data.train, t.batch_size, t.seed, "training", pad_to),
-                       LabelledBatches(data.val, t.batch_size, t.seed, "validation", pad_to))
+        return Batches(
+            LabelledBatches(data.train, t.batch_size, t.seed, "training", pad_to),
+            LabelledBatches(data.val, t.batch_size, t.seed, "validation", pad_to),
+        )
 
     def build_model(self):
         model = super().build_model()
@@ -129,7 +141,9 @@ class Classification(Task):
             model.train(training)
         result = score(data.labelled.metric, torch.cat(preds).numpy(), torch.cat(labels).numpy())
         best = state.get("best_score")
-        state.update(last_score=result["score"], best_score=result["score"] if best is None else max(best, result["score"]))
+        state.update(
+            last_score=result["score"], best_score=result["score"] if best is None else max(best, result["score"])
+        )
         return {k if k == "score" else f"score_{k}": v for k, v in result.items()}
 
     def initial_state(self) -> dict:
@@ -137,8 +151,13 @@ class Classification(Task):
 
     def summary_fields(self, state: dict) -> dict:
         t = self.cfg.train
-        return {"final_score": state.get("last_score"), "best_score": state.get("best_score"),
-                "init_from": t.init_from, "init_step": t.init_step, **self.info}
+        return {
+            "final_score": state.get("last_score"),
+            "best_score": state.get("best_score"),
+            "init_from": t.init_from,
+            "init_step": t.init_step,
+            **self.info,
+        }
 
 
 def describe(labelled: LabelledData, train: Encoded, val: Encoded) -> dict:
@@ -150,7 +169,14 @@ def describe(labelled: LabelledData, train: Encoded, val: Encoded) -> dict:
         n = np.bincount(train.labels, minlength=len(names))
         top = sorted(zip(n, names), reverse=True)[:5]
         counts = "training labels " + ", ".join(f"{name} {c / max(1, n.sum()):.0%}" for c, name in top)
-    return {"task_name": labelled.name, "metric": labelled.metric, "n_labels": labelled.n_labels,
-            "n_train": len(train.ids), "n_val": len(val.ids), "label_counts": counts,
-            "majority_baseline": majority_baseline(train.labels, val.labels, labelled.metric)["score"],
-            "dropped": train.dropped + val.dropped, "truncated": train.truncated + val.truncated}
+    return {
+        "task_name": labelled.name,
+        "metric": labelled.metric,
+        "n_labels": labelled.n_labels,
+        "n_train": len(train.ids),
+        "n_val": len(val.ids),
+        "label_counts": counts,
+        "majority_baseline": majority_baseline(train.labels, val.labels, labelled.metric)["score"],
+        "dropped": train.dropped + val.dropped,
+        "truncated": train.truncated + val.truncated,
+    }

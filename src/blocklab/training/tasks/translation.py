@@ -1,6 +1,7 @@
 """Translation (`model.task = "translation"`): the encoder-decoder on a parallel corpus, label
 smoothing in training, BLEU at evaluation steps. The parts (corpus, batches, loss, decoding, BLEU)
 live in training/translation.py; this module joins them into a task."""
+
 from __future__ import annotations
 
 from blocklab.data.parallel import ParallelCorpus
@@ -33,8 +34,9 @@ class Translation(Task):
     def evaluate(self, model, data, val, device, state) -> dict:
         t = self.cfg.train
         # decoded in batches of a process's share when gradients are accumulated: what fits training fits here
-        bleu = translation.evaluate_bleu(model, data.tokenizer, val, t.eval_batches, t.batch_size // t.grad_accum,
-                                         device)
+        bleu = translation.evaluate_bleu(
+            model, data.tokenizer, val, t.eval_batches, t.batch_size // t.grad_accum, device
+        )
         translation.record_bleu(state, bleu)
         return {"bleu": bleu}
 
