@@ -24,8 +24,11 @@ $(DEV_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(DEV_STAMP)
 
-# lint-imports: the import contracts of pyproject.toml's [tool.importlinter] (the package's layers).
+# ruff: format and lint (pyproject.toml's [tool.ruff]); lint-imports: the import contracts of
+# [tool.importlinter] (the package's layers); then every test.
 test: $(DEV_STAMP)
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest
 

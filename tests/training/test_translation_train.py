@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from blocklab.data import DataConfig
-from blocklab.data.parallel import prepare_parallel
+from blocklab.data.bitext import prepare_parallel
 from blocklab.errors import UserError
 from blocklab.training import load_config, train
 from blocklab.training.translation import TranslationBatches, corpus_bleu

@@ -78,7 +78,7 @@ class Corpus:
 def prepare(cfg: DataConfig, log: Callable = print, stream: DocStream | None = None) -> Corpus:
     """Tokenizer and token arrays for `cfg`'s corpus, from the cache when possible.
 
-    `stream`: documents read elsewhere (parallel text: data/parallel.py) instead of `cfg.source`'s."""
+    `stream`: documents read elsewhere (parallel text: data/bitext.py) instead of `cfg.source`'s."""
     t_start = time.perf_counter()
     if stream is None:
         stream = open_stream(cfg, log)  # a scan; most bad inputs fail here, before the cache is touched

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from blocklab.data.parallel import PairIndex, ParallelCorpus, prepare_parallel
+from blocklab.data.bitext import PairIndex, ParallelCorpus, prepare_parallel
 from blocklab.errors import UserError
 from blocklab.tokens import EOS_ID, IGNORE_INDEX, PAD_ID
 

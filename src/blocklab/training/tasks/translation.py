@@ -4,7 +4,7 @@ live in training/translation.py; this module joins them into a task."""
 
 from __future__ import annotations
 
-from blocklab.data.parallel import ParallelCorpus
+from blocklab.data.bitext import ParallelCorpus
 from blocklab.training import translation
 from blocklab.training.tasks.base import Batches, Task
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from blocklab.data import DataConfig
-from blocklab.data.parallel import prepare_parallel, read_parallel, split_pairs, unigram_loss
+from blocklab.data.bitext import prepare_parallel, read_parallel, split_pairs, unigram_loss
 from blocklab.errors import UserError
 
 from .test_gettext import write_mo
