@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+from blocklab.errors import UserError
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
@@ -17,3 +20,29 @@ def write_atomic(path: str | Path, text: str) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
+
+
+def writable_dir(path: str | Path, what: str = "output folder") -> Path:
+    """Create `path` if needed and check that files can be written in it, before any expensive work.
+
+    Raises UserError (one line naming the path and what to do) for a path that is a file, a folder that
+    cannot be created or written, or a full disk."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path} is a file, not a folder: choose another path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-check-{os.getpid()}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"{what} {path} cannot be written ({e.strerror or e}): {_remedy(e)}") from None
+    return path
+
+
+def _remedy(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "free some space or choose a folder on another disk"
+    if e.errno in (errno.ENOTDIR, errno.EEXIST):
+        return "a part of the path is a file; choose another path"
+    return "choose another path or change its permissions"
