@@ -14,6 +14,7 @@ from pathlib import Path
 
 from blocklab import stats
 from blocklab.experiments.claims import claims
+from blocklab.experiments.secondary import secondary_metrics
 from blocklab.experiments.sweep import GroupSpec, RunSpec, Sweep
 from blocklab.experiments.tuning import DEFAULT_TOLERANCE
 
@@ -192,44 +193,52 @@ def _experiment(sweep: Sweep, out: Path, exp, finals) -> dict:
         "comparisons": {},
         "frontier": None,
     }
+    finals_by_group = {g.name: _finals(g, largest, finals) for g in groups}
+    result["secondary"] = secondary_metrics(sweep, out, finals_by_group, lambda r: read_summary(out, r.name))
     if len(sizes) > 1:
         result["frontier"] = _frontier(sweep, out, groups, finals, cap, tolerance, reference)
     return result
 
 
+def _compare(groups: dict, reference: str, lower_is_better: bool, family: list) -> dict:
+    """Each group's Welch comparison against the reference; those with two or more seeds on both sides join
+    `family` (the sweep's Holm family)."""
+    ref = groups[reference]
+    out = {}
+    for name, g in groups.items():
+        if name == reference:
+            continue
+        c = {
+            "against": reference,
+            "difference": None,
+            "ci95": None,
+            "p": None,
+            "p_holm": None,
+            "verdict": "one seed",
+            "n": [len(g["scores"]), len(ref["scores"])],
+        }
+        if g["mean"] is not None and ref["mean"] is not None:
+            c["difference"] = g["mean"] - ref["mean"]
+        if len(g["scores"]) > 1 and len(ref["scores"]) > 1:
+            c.update(stats.welch(g["scores"], ref["scores"]))
+            family.append((c, lower_is_better))
+        out[name] = c
+    return out
+
+
 def _comparisons(experiments: dict) -> None:
-    """Welch against each experiment's reference, then Holm over every comparison of the sweep with two or
-    more seeds on both sides; `min_detectable` at the Bonferroni level of that family's size."""
-    family = []
+    """Welch against each experiment's reference, on the primary metric and every secondary one, then Holm
+    over every comparison of the sweep with two or more seeds on both sides; `min_detectable` (primary
+    metric) at the Bonferroni level of that family's size."""
+    family: list = []
     for result in experiments.values():
-        ref = result["groups"][result["reference"]]
-        for name, g in result["groups"].items():
-            if name == result["reference"]:
-                continue
-            c = {
-                "against": result["reference"],
-                "difference": None,
-                "ci95": None,
-                "p": None,
-                "p_holm": None,
-                "verdict": "one seed",
-                "n": [len(g["scores"]), len(ref["scores"])],
-            }
-            if g["mean"] is not None and ref["mean"] is not None:
-                c["difference"] = g["mean"] - ref["mean"]
-            if len(g["scores"]) > 1 and len(ref["scores"]) > 1:
-                c.update(stats.welch(g["scores"], ref["scores"]))
-                family.append(c)
-            result["comparisons"][name] = c
-    for c, p in zip(family, stats.holm([c["p"] for c in family])):
+        result["comparisons"] = _compare(result["groups"], result["reference"], True, family)
+        for metric in (result.get("secondary") or {}).values():
+            metric["comparisons"] = _compare(metric["groups"], result["reference"], metric["lower_is_better"], family)
+    for (c, lower), p in zip(family, stats.holm([c["p"] for c, _ in family])):
         c["p_holm"] = p
+        c["verdict"] = stats.verdict(c["difference"], p, *c["n"], lower_is_better=lower)
     for result in experiments.values():
-        for c in result["comparisons"].values():
-            c["verdict"] = (
-                stats.verdict(c["difference"], c["p_holm"], *c["n"], lower_is_better=True)
-                if c["p_holm"] is not None
-                else "one seed"
-            )
         ref = result["groups"][result["reference"]]
         result["min_detectable"] = stats.min_detectable(ref["sd"], len(ref["scores"]), max(1, len(family)))
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from blocklab.reporting import figures as F
 from blocklab.reporting import sensitivity as S
 from blocklab.reporting.parts import Figure, Section
+from blocklab.reporting.secondary_words import secondary_table
 from blocklab.reporting.settings import setting_text
 from blocklab.reporting.verdict_words import claim_text, decimals, frontier_table, numbers_note, verdict_table
 
@@ -64,8 +65,15 @@ def read_verdicts(root: Path) -> Verdicts:
 
 def tested_comparisons(v: Verdicts) -> int:
     """The comparisons of the sweep that entered Holm's correction (two or more seeds on both sides): the m
-    of min_detectable's level 1 - 0.05/m. Counted from the file; secondary metrics it does not list are not."""
+    of min_detectable's level 1 - 0.05/m. Counted from the file, secondary metrics included."""
     comps = [exp.get("comparisons") for exp in v.experiments.values()]
+    comps += [
+        m.get("comparisons")
+        for exp in v.experiments.values()
+        if isinstance(exp.get("secondary"), dict)
+        for m in exp["secondary"].values()
+        if isinstance(m, dict)
+    ]
     return sum(
         1
         for table in comps
@@ -116,6 +124,9 @@ def _experiment(name: str, exp: dict, part: str | None, fig_dir: Path, m: int, c
     table = verdict_table(exp, tag, d)
     table.notes.append(numbers_note(exp, d, m))
     main.tables.append(table)
+    extra = secondary_table(exp, tag)
+    if extra is not None:
+        main.tables.append(extra)
     out = [main]
     if isinstance(exp.get("frontier"), dict) and exp["frontier"]:
         front = Section(f"frontier-{tag}", f"{head}Compute frontier", part=part)

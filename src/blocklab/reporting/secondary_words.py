@@ -1,0 +1,51 @@
+"""The secondary metrics of DIR/verdicts.json (BLEU, fine-tuning dev scores) as one table per experiment:
+each group's mean at its best tuned value and its comparison with the reference, worded like the verdict
+table (a verdict word always with its difference, interval, seeds and corrected p)."""
+
+from __future__ import annotations
+
+from blocklab.reporting.parts import Table
+from blocklab.reporting.verdict_words import comparison_text, mean_text, seed_count
+
+
+def metric_name(metric: str) -> str:
+    """ "final_bleu" -> "BLEU"; "finetune:wrong-operator" -> "wrong-operator (fine-tuned dev score)"."""
+    if metric == "final_bleu":
+        return "BLEU"
+    if metric.startswith("finetune:"):
+        return f"{metric.split(':', 1)[1]} (fine-tuned dev score)"
+    return metric.replace("_", " ")
+
+
+def secondary_table(exp: dict, tag: str) -> Table | None:
+    metrics = exp.get("secondary")
+    if not isinstance(metrics, dict) or not metrics:
+        return None
+    groups = exp.get("groups") or {}
+    ref = exp.get("reference")
+    rows = []
+    for metric, m in metrics.items():
+        m_groups, comps = m.get("groups") or {}, m.get("comparisons") or {}
+        ref_group = m_groups.get(ref) or {}
+        for name, g in m_groups.items():
+            g = g or {}
+            if name == ref:
+                vs = "reference"
+            elif isinstance(comps.get(name), dict):
+                vs = comparison_text(comps[name], seed_count(g), seed_count(ref_group), 2, False)
+            else:
+                vs = "no comparison recorded"
+            label = (groups.get(name) or {}).get("label") or name
+            rows.append([metric_name(metric), str(label), mean_text(g, 2), vs])
+    ref_label = (groups.get(ref) or {}).get("label") or ref or "the reference"
+    columns = ["metric", "group", "mean [95% interval] (seeds)", f"against {ref_label}: verdict, difference, p_holm"]
+    table = Table(f"secondary-table-{tag}", columns, rows)
+    caps = [f"{metric_name(k)} {m['cap']:.3g}" for k, m in metrics.items() if isinstance(m.get("cap"), (int, float))]
+    table.notes.append(
+        "Higher is better for each of these. Each final run is scored at its group's best value (chosen on the "
+        "primary metric); a fine-tuning score is the mean over that run's fine-tuning seeds, one per pre-training "
+        "seed. A failed run scores the cap (BLEU: zero; a task: its majority-class score"
+        + (f": {', '.join(caps)}" if caps else "")
+        + "). The comparisons share Holm's correction with the primary metric's."
+    )
+    return table
