@@ -42,4 +42,4 @@ def test_report_captions_carry_the_sentences(tmp_path, real_run, real_probes):
     captions = {f.path.name: f.caption for sec in report.sections for f in sec.figures}
     assert "|x_L|^2/d from L=1 to L=2: Pre-LN" in captions["probes_hidden_norms.png"]
     assert "Mean over layers and heads" in captions["gains_r.png"]
-    assert captions["loss_vs_step.png"].startswith("Final training loss (mean over seeds): lowest")
+    assert captions["loss_vs_step.png"].startswith("Final training loss (one seed each): lowest")

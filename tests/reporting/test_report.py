@@ -39,6 +39,8 @@ def test_files_and_markdown(report):
     assert "Target loss 3.5: the worst final smoothed training loss among the completed runs" in md
     assert "No trainable gains logged for: Post-LN lr=3e-3, Pre-LN" in md
     assert "SAS: 1" in md  # the skipped partial line is reported
+    # The report's training loss is smoothed, summary.json's is not: the column and the note say which.
+    assert "| final train loss (smoothed) |" in md and "final_loss is the last logged value, unsmoothed" in md
 
 
 def test_table_rows(report):

@@ -130,8 +130,8 @@ def plot_grad_norms(result: dict, path, depth: int | None = None) -> str:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=6, ncol=2)
     fig.suptitle(
-        "Gradient norm of each weight at init (Xiong et al. Fig. 3 a/b: "
-        "Post-LN grows toward the output, Pre-LN flat)\n" + _title(result),
+        "Gradient norm of each weight per layer at init, as measured (to compare with Xiong et al. Fig. 3 a/b)\n"
+        + _title(result),
         fontsize=9,
     )
     return save_figure(fig, path)
@@ -222,8 +222,7 @@ def plot_cosine(result: dict, path) -> str:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     fig.suptitle(
-        "Token cosine similarity at init (rank collapse: skipless softmax -> 1, "
-        "shaped attention holds)\n" + _title(result),
+        "Token cosine similarity per layer at init, as measured (1 is rank collapse)\n" + _title(result),
         fontsize=9,
     )
     return save_figure(fig, path)

@@ -157,7 +157,8 @@ def loss_sentence(pairs, key: str = "final_loss", what: str = "final training lo
     diverged = sum(row["statuses"].count("diverged") for _, row in pairs)
     if stalled or diverged:
         parts.append(f"{stalled} run(s) stalled at the unigram entropy and {diverged} diverged")
-    head = f"{what.capitalize()} (mean over seeds)"
+    seeds = {row.get("n", 1) for _, row in pairs}
+    head = f"{what.capitalize()} ({'one seed each' if seeds == {1} else 'mean over seeds'})"
     verdict = _verdict(effects, comps)
     if not parts:
         vals = sorted((row[key], g.label) for g, row in pairs if row.get(key) is not None)

@@ -28,23 +28,23 @@ DPI = 100
 PROBE_CAPTIONS = {  # name in blocklab.probes.plots.FIGURES -> (title, caption)
     "hidden_norms": (
         "Hidden-state norm per layer",
-        "Squared hidden-state norm per layer at initialisation (Xiong et al. Lemma 2: Post-LN flat, "
-        "Pre-LN growing about linearly); predictions dashed.",
+        "Squared hidden-state norm per layer at initialisation; predictions dashed (Xiong et al.'s Lemma 2 "
+        "predicts Post-LN flat and Pre-LN growing about linearly).",
     ),
     "grad_norms": (
         "Weight gradient norms per layer",
-        "Gradient norm of every weight per layer at initialisation (Xiong et al. Fig. 3 a/b: Post-LN "
-        "growing toward the output, Pre-LN flat).",
+        "Gradient norm of every weight per layer at initialisation (Xiong et al. Fig. 3 a/b report Post-LN's "
+        "growing toward the output and Pre-LN's flat).",
     ),
     "last_ffn_grad": (
         "Last FFN gradient against depth",
-        "Gradient norm of the last FFN output weight against depth (Xiong et al. Theorem 1: Post-LN "
-        "constant, Pre-LN shrinking like 1/sqrt(L)).",
+        "Gradient norm of the last FFN output weight against depth (Xiong et al.'s Theorem 1 predicts "
+        "Post-LN constant and Pre-LN shrinking like 1/sqrt(L)).",
     ),
     "cosine_similarity": (
         "Token cosine similarity per layer",
-        "Mean pairwise cosine similarity of token representations per layer (rank collapse: "
-        "skipless softmax attention tends to 1, shaped attention does not).",
+        "Mean pairwise cosine similarity of token representations per layer (1 is rank collapse; He & "
+        "Hofmann expect skipless softmax attention to tend to 1 and shaped attention not to).",
     ),
     "model_update": (
         "Model update against depth",

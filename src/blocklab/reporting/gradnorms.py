@@ -123,8 +123,8 @@ def plot_grad_norms_training(
     entries = [e for ax in axes.flat for e in zip(*ax.get_legend_handles_labels())]
     fig.legend(*zip(*entries), loc="upper center", fontsize=7, ncol=min(2, len(entries)), bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(
-        "Gradient norm of each weight per layer during training (Xiong et al. Fig. 3: Post-LN's grow\n"
-        "toward the output at init, Pre-LN's are flat; the run's steps for each column in the legend)",
+        "Gradient norm of each weight per layer during training, as measured (to compare with Xiong et al.\n"
+        "Fig. 3; the run's steps for each column in the legend)",
         fontsize=9,
     )
     fig.tight_layout()

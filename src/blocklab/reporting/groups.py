@@ -90,7 +90,7 @@ GROUP_COLUMNS = [
     ("n", "seeds"),
     ("params", "parameters"),
     ("tokens_per_s", "tokens/s"),
-    ("final_loss", "final train loss"),
+    ("final_loss", "final train loss (smoothed)"),
     ("final_eval_loss", "final eval loss"),
     ("best_eval_loss", "best eval loss"),
     ("steps_to_target", "steps to target"),

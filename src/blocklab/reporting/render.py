@@ -13,6 +13,7 @@ from pathlib import Path
 
 from blocklab.reporting.analysis import families, format_row, table_columns
 from blocklab.reporting.groups import format_group_row, group_columns
+from blocklab.reporting.parts import Table
 from blocklab.reporting.settings import settings_lines
 
 CSS = """
@@ -142,6 +143,26 @@ def _text_table_md(t) -> list[str]:
     return lines + [""] + [x for n in t.notes for x in (n, "")]
 
 
+def pipe_table(text: str | None, table_id: str = "") -> Table | None:
+    """A preformatted block that is a Markdown pipe table (a header, a |---| line, rows) as a Table, so that
+    the page draws it as a table rather than showing its pipes; None for any other text."""
+    lines = [x.strip() for x in (text or "").strip().splitlines()]
+    if len(lines) < 2 or not all(x.startswith("|") and x.endswith("|") for x in lines):
+        return None
+    if not set(lines[1]) <= set("|-: "):
+        return None
+
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in line[1:-1].split("|")]
+
+    head = cells(lines[0])
+    rows = [cells(x) for x in lines[2:]]
+    if any(len(r) != len(head) for r in rows):
+        return None
+    numeric = tuple(i for i, c in enumerate(cells(lines[1])) if c.endswith(":"))
+    return Table(table_id, head, rows, numeric=numeric)
+
+
 def _sections_html(sections, h: str) -> list[str]:
     out = []
     for s in sections:
@@ -152,7 +173,8 @@ def _sections_html(sections, h: str) -> list[str]:
         if s.items:
             out.append("<ul>" + "".join(f"<li>{_e(i)}</li>" for i in s.items) + "</ul>")
         if s.pre:
-            out.append(f"<pre>{_e(s.pre)}</pre>")
+            table = pipe_table(s.pre, f"{s.id}-table")
+            out.append(_text_table_html(table) if table else f"<pre>{_e(s.pre)}</pre>")
     return out
 
 
@@ -232,7 +254,7 @@ def _sections_md(report, sections, h: str) -> list[str]:
         if s.items:
             out += [f"- {i}" for i in s.items] + [""]
         if s.pre:
-            out += ["```", s.pre, "```", ""]
+            out += [s.pre.strip(), ""] if pipe_table(s.pre) else ["```", s.pre, "```", ""]
     return out
 
 

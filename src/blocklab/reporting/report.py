@@ -164,8 +164,9 @@ def _notes(runs: list[Run], target: Target | None) -> list[str]:
         "Steps to target: the first logged step at which the smoothed training loss is at or below the target "
         '("not reached": never, within the steps the run has logged).',
         "Training loss: each logged point is the mean loss over the steps since the previous one; curves, the "
-        '"final train loss" column and steps to target use a trailing moving average over 1/20 of a run\'s '
-        f"logged points (at most 50; here {'/'.join(map(str, windows)) or '1'}); the raw values are drawn faint.",
+        '"final train loss (smoothed)" column and steps to target use a trailing moving average over 1/20 of a '
+        f"run's logged points (at most 50; here {'/'.join(map(str, windows)) or '1'}); the raw values are drawn "
+        "faint. summary.json's final_loss is the last logged value, unsmoothed, so the two differ.",
         "Tokens/s: training throughput (forward, backward and optimizer step; evaluation and checkpoints "
         "excluded), from summary.json, or the median of the logged values for a run without one.",
         "Status: completed, diverged (non-finite loss or far above the initial loss; the step is shown), "
