@@ -27,15 +27,18 @@ it departs from CuBERT. What the five share:
 - Examples made from one function share `Example.group`, so that a later filter (the
   model's length) keeps or drops them together: a mutation that lengthens the text must
   not make length tell the label.
-- CuBERT also deduplicates its corpus; we leave that to whoever assembles the files.
+- One function, one example: copies of a function (vendored packages) are kept once, the
+  first in input order, and `exclude` drops those a pre-training run trained on (dedup.py),
+  so no function is in two splits; both counts are in the info.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 
+from blocklab.data.codetasks.dedup import distinct
 from blocklab.data.codetasks.docstring_mismatch import docstring_examples
 from blocklab.data.codetasks.exception_type import HOLE, exception_examples
 from blocklab.data.codetasks.source import Function, read_functions
@@ -64,6 +67,8 @@ _COUNTS = (
     "functions",
     "functions_too_long",
     "functions_failed",
+    "functions_duplicate",
+    "functions_in_pretraining",
     "functions_without_candidate",
     "mutations_failed",
 )
@@ -84,6 +89,7 @@ def build_code_task(
     max_chars: int = 2000,
     n_exception_classes: int = 20,
     side: Callable[[str], Hashable] | None = None,
+    exclude: Collection[bytes] = frozenset(),
 ) -> CodeTask:
     """The task's examples from `docs`, in file order then function order.
 
@@ -91,12 +97,13 @@ def build_code_task(
     longer than `max_chars` characters (measured before any mutation, docstring included).
     `side(file name)` names the split a file will go to: docstring-mismatch then draws a
     negative's docstring from the function's own side only, so that no validation docstring
-    appears in a training pair.
+    appears in a training pair. A function is used once however many copies of it the input
+    holds, and not at all if its digest (source.function_digest) is in `exclude`.
     """
     if name not in CODE_TASKS:
         raise UserError(f"unknown code task {name!r}: valid tasks are {', '.join(CODE_TASKS)}")
     info = Counter({key: 0 for key in _COUNTS})
-    functions = read_functions(docs, max_chars, info)
+    functions = distinct(read_functions(docs, max_chars, info), exclude, info)
     if name == "exception-type":
         examples, label_names = exception_examples(functions, seed, n_exception_classes, info)
     elif name == "docstring-mismatch":

@@ -13,6 +13,7 @@ them differ, so both are turned into one character offset into the function's te
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
 import random
 import tokenize
@@ -32,6 +33,7 @@ FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
 # expressions inside them are unreliable and tokenize sees one opaque STRING token.
 _NOT_OWN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.JoinedStr)
 _TRIVIA = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+DIGEST_BYTES = 8  # a collision among a million functions has odds of about 3e-8 (and drops one function)
 
 
 def split_lines(text: str) -> list[str]:
@@ -65,6 +67,7 @@ class Function:
     pos: int
     text: str
     node: ast.FunctionDef | ast.AsyncFunctionDef = field(repr=False)
+    digest: bytes = field(default=b"", repr=False)  # what copies of it share (dedup.py)
     _starts: list[int] = field(init=False, repr=False)
     _lines: list[str] = field(init=False, repr=False)
     _tokens: list[Token] | None = field(default=None, init=False, repr=False)
@@ -148,6 +151,18 @@ class Function:
             todo.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, _NOT_OWN))
 
 
+def function_digest(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bytes:
+    """What copies of a function share: see dedup.py for what counts as a copy. Taken of the def
+    as parsed within its file, so it does not depend on how the file is cut up."""
+    fields = {name: getattr(node, name, None) for name in node._fields}
+    docstring = ast.get_docstring(node, clean=True)
+    if docstring is not None:
+        fields["body"] = [ast.Expr(ast.Constant(docstring)), *node.body[1:]]
+    fields["decorator_list"] = []
+    text = ast.dump(type(node)(**fields))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=DIGEST_BYTES).digest()
+
+
 def rng_for(seed: int, task: str, doc: str, pos: int) -> random.Random:
     """A function's own random draws. A string seed is hashed with sha512, the same in
     every process, so the draws depend on nothing but the seed, the task and where the
@@ -211,4 +226,4 @@ def read_functions(docs: Iterable[Document], max_chars: int, info: Counter) -> I
             except PARSE_ERRORS:
                 info["functions_failed"] += 1
                 continue
-            yield Function(doc.name, pos, source, own)
+            yield Function(doc.name, pos, source, own, function_digest(node))
