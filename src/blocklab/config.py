@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass, fields
 
+from blocklab.errors import ConfigError
 from blocklab.registry import REGISTRY, TASKS
-from blocklab.validate import choice, positive
+from blocklab.settings import KEY, setting, validate
 
 # Which block offers which task and whether dropout applies to it are facts of its BlockSpec (registry.py).
 NORMS = ("rmsnorm", "layernorm", "dyt")
@@ -18,18 +19,9 @@ POOLINGS = ("first", "mean")
 
 
 def model_choices() -> dict[str, tuple[str, ...]]:
-    """The valid values of every ModelConfig field that takes one of a list (for --help); blocks as
-    registered when called."""
-    return {
-        "block": tuple(b for b, s in REGISTRY.items() if s.public),
-        "task": TASKS,
-        "norm": NORMS,
-        "activation": ACTIVATIONS,
-        "init": INITS,
-        "attn_impl": ATTN_IMPLS,
-        "positions": POSITIONS,
-        "pooling": POOLINGS,
-    }
+    """The values --help lists for every ModelConfig field that takes one of a list; blocks as registered when
+    called."""
+    return {f.name: f.metadata[KEY].listed_choices() for f in fields(ModelConfig) if f.metadata[KEY].choices}
 
 
 def reject_unknown(cls):
@@ -49,101 +41,128 @@ def reject_unknown(cls):
     return cls
 
 
+def _public_blocks() -> tuple[str, ...]:
+    return tuple(b for b, s in REGISTRY.items() if s.public)
+
+
+def _block_default(name: str) -> str:
+    """What beta_ff / beta_sa None stands for, from the registered blocks' specs."""
+    by_value: dict = {}
+    for b, s in REGISTRY.items():
+        if s.public and getattr(s, name) is not None:
+            by_value.setdefault(getattr(s, name), []).append(b)
+    own = "; ".join(f"{v} for {', '.join(bs)}" for v, bs in by_value.items())
+    return f"the block's own ({own}; other blocks have no such gain)" if own else "the block's own"
+
+
 @reject_unknown
 @dataclass
 class ModelConfig:
-    block: str = "pre-ln"
-    task: str = "clm"
-    vocab_size: int = 8192
-    d_model: int = 256
-    n_layers: int = 6
-    n_heads: int = 4
-    d_ff: int = 1024
-    max_seq_len: int = 256
-    norm: str = "rmsnorm"
-    activation: str = "relu"
-    init: str = "normal"
-    attn_impl: str = "auto"  # auto: the measured default per device type, attention.modules.AUTO_IMPL
-    beta_ff: float | None = None  # None: the block's default (0.1 where the block has beta_FF)
-    beta_sa: float | None = None  # None: 1.0 (sas-p family only)
-    beta_v: float = 0.2  # shaped-vp: initial beta_V of W = alpha_V I + beta_V dW
-    positions: str = "learned"
-    tie_embeddings: bool = True
-    mlp_bias: bool = False
-    # Biases in MultiHeadAttention's four projections and in the MLP's two Linears (fairseq's Transformer,
-    # Xiong et al.'s code, has them). Off by default: SPEC's blocks have no biases.
-    bias: bool = False
-    norm_eps: float = 1e-5
-    # Residual-branch and embedding dropout (classic blocks and translation; 0 keeps the language models
-    # exactly as they were). n_decoder_layers: translation only; None means n_layers.
-    dropout: float = 0.0
-    n_decoder_layers: int | None = None
-    # task="classification" only: the head's outputs (1: regression) and what it reads: the first
-    # position (the <eod> the inputs start with, BERT's [CLS]) or the mean over the unpadded tokens.
-    n_labels: int = 2
-    pooling: str = "first"
-    # SPEC 2b options for every block: RMSNorm on each head's queries and keys, and the initial alpha of
-    # Dynamic Tanh (norm="dyt").
-    qk_norm: bool = False
-    dyt_alpha: float = 0.5
+    block: str = setting(
+        "pre-ln",
+        help="the Transformer block; the block table gives each one's equation",
+        choices=lambda: tuple(REGISTRY),
+        shown_choices=_public_blocks,
+    )
+    task: str = setting(
+        "clm",
+        help="causal LM, masked LM, encoder-decoder translation, or sequence classification (blocklab finetune)",
+        choices=TASKS,
+    )
+    vocab_size: int = setting(
+        8192,
+        help="embedding rows and output classes (8192 when ModelConfig is built directly)",
+        derived="data.vocab_size",
+        min=1,
+    )
+    d_model: int = setting(256, help="the residual stream's width; a multiple of n_heads", min=1)
+    n_layers: int = setting(6, help="blocks in the stack (the encoder's, for translation)", min=1)
+    n_heads: int = setting(4, help="attention heads per block", min=1)
+    d_ff: int = setting(1024, help="the MLP's hidden width", min=1)
+    max_seq_len: int = setting(
+        256,
+        help="longest input the positions cover (256 when ModelConfig is built directly)",
+        derived="data.seq_len",
+        unit="tokens",
+        min=1,
+    )
+    norm: str = setting("rmsnorm", help="the norm layers; dyt: Dynamic Tanh in place of every norm", choices=NORMS)
+    activation: str = setting("relu", help="the MLP's activation", choices=ACTIVATIONS)
+    init: str = setting("normal", help="weight initialisation (the block's own scalings apply on top)", choices=INITS)
+    attn_impl: str = setting(
+        "auto",
+        help="attention path; auto: the one measured fastest and checked correct on the device (the README's attention paths)",
+        choices=ATTN_IMPLS,
+    )
+    beta_ff: float | None = setting(
+        None,
+        help="gain on the MLP branch of the blocks that have one; none: the block's own; other blocks refuse it",
+        derived=lambda: _block_default("beta_ff"),
+    )
+    beta_sa: float | None = setting(
+        None,
+        help="gain on the attention branch of the blocks that have one; none: the block's own; other blocks refuse it",
+        derived=lambda: _block_default("beta_sa"),
+    )
+    beta_v: float = setting(0.2, help="shaped-vp only: initial beta_V of W = alpha_V I + beta_V dW")
+    positions: str = setting("learned", help="position embeddings", choices=POSITIONS)
+    tie_embeddings: bool = setting(True, help="the output layer shares the input embedding's weights")
+    mlp_bias: bool = setting(False, help="biases in the MLP's two linear layers")
+    # fairseq's Transformer (Xiong et al.'s code) has biases; the simplified blocks' equations do not.
+    bias: bool = setting(False, help="biases in the attention's four projections and in the MLP")
+    norm_eps: float = setting(1e-5, help="epsilon of every norm layer", min=0, min_exclusive=True)
+    # 0 keeps the language models free of dropout; only blocks whose spec allows it accept another value.
+    dropout: float = setting(
+        0.0,
+        help="residual-branch and embedding dropout (classic blocks and translation)",
+        min=0,
+        max=1,
+        max_exclusive=True,
+    )
+    n_decoder_layers: int | None = setting(
+        None, help="translation only: decoder blocks", derived="model.n_layers", min=1
+    )
+    n_labels: int = setting(2, help="classification only: the head's outputs (1: regression)", min=1)
+    pooling: str = setting(
+        "first",
+        help="classification only: what the head reads, the first position (the leading end-of-document token) or the mean",
+        choices=POOLINGS,
+    )
+    qk_norm: bool = setting(False, help="RMSNorm on each head's queries and keys (any block built from norms)")
+    dyt_alpha: float = setting(0.5, help="norm=dyt only: the initial alpha of tanh(alpha x)", min=0, min_exclusive=True)
 
     def __post_init__(self) -> None:
-
-        choice("block", self.block, tuple(REGISTRY))
-        choice("task", self.task, TASKS)
-        choice("norm", self.norm, NORMS)
-        choice("activation", self.activation, ACTIVATIONS)
-        choice("init", self.init, INITS)
-        choice("attn_impl", self.attn_impl, ATTN_IMPLS)
-        choice("positions", self.positions, POSITIONS)
-        choice("pooling", self.pooling, POOLINGS)
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len", "n_labels"):
-            positive(name, getattr(self, name))
+        validate(self)
         if self.d_model % self.n_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                 f"choose n_heads among the divisors of d_model"
             )
-        for name in ("tie_embeddings", "mlp_bias", "bias", "qk_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} is not valid; choose one of: True, False")
-        positive("norm_eps", float(self.norm_eps) if isinstance(self.norm_eps, int) else self.norm_eps, float)
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout={self.dropout!r} is not valid; it must be a number in [0, 1)")
-        positive("dyt_alpha", float(self.dyt_alpha) if isinstance(self.dyt_alpha, int) else self.dyt_alpha, float)
         spec = REGISTRY[self.block]
         for option, used in (("dyt", self.norm == "dyt"), ("qk_norm", self.qk_norm is True)):
             if used and option not in spec.options:
                 value = "norm='dyt'" if option == "dyt" else "qk_norm=True"
-                raise ValueError(
+                raise ConfigError(
                     f"{value} does not apply to block {self.block!r}; it applies to: "
                     f"{', '.join(b for b, s in REGISTRY.items() if option in s.options)}"
                 )
         if self.dropout and not spec.dropout:
-            raise ValueError(
+            raise ConfigError(
                 f"dropout={self.dropout!r} does not apply to block {self.block!r}; "
                 f"it applies to: {', '.join(b for b, s in REGISTRY.items() if s.dropout)}"
             )
-        if self.n_decoder_layers is not None:
-            positive("n_decoder_layers", self.n_decoder_layers)
-            if self.task != "translation":
-                raise ValueError(f"n_decoder_layers={self.n_decoder_layers!r} applies to task='translation' only")
+        if self.n_decoder_layers is not None and self.task != "translation":
+            raise ConfigError(f"n_decoder_layers={self.n_decoder_layers!r} applies to task='translation' only")
         if self.task not in spec.tasks:
-            raise ValueError(
+            raise ConfigError(
                 f"block={self.block!r} is not offered for task={self.task!r}; "
                 f"choose one of: {', '.join(b for b, s in REGISTRY.items() if self.task in s.tasks)}"
             )
         for name, default in (("beta_ff", spec.beta_ff), ("beta_sa", spec.beta_sa)):
             value = getattr(self, name)
-            if value is None:
-                continue
-            if default is None:
+            if value is not None and default is None:
                 owners = ", ".join(b for b, s in REGISTRY.items() if getattr(s, name) is not None)
-                raise ValueError(f"{name}={value!r} does not apply to block {self.block!r}; it applies to: {owners}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{name}={value!r} is not valid; it must be a number")
-        if isinstance(self.beta_v, bool) or not isinstance(self.beta_v, (int, float)):
-            raise ValueError(f"beta_v={self.beta_v!r} is not valid; it must be a number")
+                raise ConfigError(f"{name}={value!r} does not apply to block {self.block!r}; it applies to: {owners}")
 
     @property
     def causal(self) -> bool:

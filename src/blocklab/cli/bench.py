@@ -74,7 +74,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--shape",
         default=DEFAULT_SHAPE,
-        help=f"model and batch shape, see below (default: {DEFAULT_SHAPE.replace(',', ', ')}, the issue 7 CPU target)",
+        help=f"model and batch shape, see below (default: {DEFAULT_SHAPE.replace(',', ', ')}, the named shape cpu-target)",
     )
     p.add_argument(
         "--precision",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blocklab.errors import ConfigError, UserError  # noqa: F401  (ConfigError is re-exported)
+from blocklab.settings import setting, validate
 from blocklab.tokens import SPECIAL_TOKENS  # noqa: F401  (re-exported by blocklab.data)
 
 # Byte-level BPE starts from the 256 byte symbols; the three special tokens come on top.
@@ -18,81 +19,78 @@ MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
 MAX_VOCAB_SIZE = 2**32 - 1  # token arrays are at most uint32
 
 
-def _int_field(name: str, value, lo: int, hi: int | None = None) -> None:
-    # bool is an int subclass; `vocab_size = true` in a TOML file is still a mistake.
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    ok = ok and value >= lo and (hi is None or value <= hi)
-    if not ok:
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ConfigError(f"{name}={value!r} is invalid: expected an integer {rng}")
-
-
-def _float_field(name: str, value, lo: float, hi: float, lo_open: bool, hi_open: bool) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
-        ok = (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
-    if not ok:
-        rng = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-        raise ConfigError(f"{name}={value!r} is invalid: expected a number in {rng}")
-
-
 @dataclass
 class DataConfig:
-    source: str = "stdlib"  # "stdlib" | "python" | "hf:NAME_OR_PATH" | text file | folder | .jsonl file
-    glob: str | None = None  # folder only, e.g. "src/**/*.py"; None: every (non-hidden) file
-    vocab_size: int = 8192
-    seq_len: int = 256
-    mask_prob: float = 0.15
-    val_fraction: float = 0.02  # by document, deterministic
-    cache_dir: str | None = None  # None: $BLOCKLAB_CACHE, $XDG_CACHE_HOME/blocklab, ~/.cache/blocklab
-    # hf: sources (SPEC section 5 spellings)
-    text_field: str = "text"  # the column (hf:) / JSON key holding each document's text
-    hf_config: str | None = None  # a hub dataset's configuration name, e.g. "wikitext-103-raw-v1"
-    split: str = "train"  # the hub/local dataset split to read; we cut validation from it ourselves
-    streaming: bool = False  # hf: hub names only: iterate without downloading the whole set first
-    # parallel text (translation): source and target language codes
-    src_lang: str = "de"
-    tgt_lang: str = "en"
-    # Byte-level BPE is trained on at most this many MB of training text, a deterministic
-    # sample spread over the corpus: merges stop changing long before a GB-scale corpus
-    # is exhausted, while training time and memory grow with the text.
-    tokenizer_sample_mb: float = 256.0
-    # task="classification" (data/downstream.py): the embedded code tasks are built from this many MB
-    # of the environment's Python files, and max_examples caps the training split (validation gets a
-    # quarter of it); None: every example.
-    task_pool_mb: float = 8.0
-    max_examples: int | None = None
+    source: str = setting(
+        "stdlib",
+        help="the corpus: stdlib (this Python's standard library), python (every installed .py file), "
+        "hf:NAME_OR_PATH, gettext (translation), or a text file, folder, .jsonl or .tsv file",
+        expected="'stdlib', 'python', 'hf:NAME_OR_PATH' or a path to a text file, a folder or a .jsonl file",
+    )
+    glob: str | None = setting(
+        None, help="folder sources only: which files to read, e.g. src/**/*.py", derived="every non-hidden file"
+    )
+    vocab_size: int = setting(
+        8192,
+        help="byte-level BPE vocabulary, the 256 bytes and 3 special tokens included",
+        min=MIN_VOCAB_SIZE,
+        max=MAX_VOCAB_SIZE,
+    )
+    seq_len: int = setting(256, help="tokens per training window", unit="tokens", min=1)
+    mask_prob: float = setting(0.15, help="task=mlm: the share of positions masked", min=0, max=1, min_exclusive=True)
+    val_fraction: float = setting(
+        0.02,
+        help="the share of documents held out for validation (deterministic, by document)",
+        min=0,
+        max=1,
+        min_exclusive=True,
+        max_exclusive=True,
+    )
+    cache_dir: str | None = setting(
+        None,
+        help="where tokenizers and token arrays are cached",
+        derived="$BLOCKLAB_CACHE, else $XDG_CACHE_HOME/blocklab, else ~/.cache/blocklab",
+    )
+    text_field: str = setting("text", help="hf: and .jsonl sources: the column or JSON key holding each document")
+    hf_config: str | None = setting(
+        None,
+        help="hf: sources: the dataset's configuration name, e.g. wikitext-103-raw-v1",
+        derived="the dataset's default configuration",
+    )
+    split: str = setting("train", help="hf: sources: the split to read (validation is cut from it)")
+    streaming: bool = setting(False, help="hf: hub names only: iterate without downloading the whole set first")
+    src_lang: str = setting("de", help="translation: the source language code")
+    tgt_lang: str = setting("en", help="translation: the target language code")
+    # BPE merges stop changing long before a GB-scale corpus is exhausted, while training time and memory
+    # grow with the text: a deterministic sample spread over the corpus is enough.
+    tokenizer_sample_mb: float = setting(
+        256.0,
+        help="the BPE tokenizer is trained on at most this much training text",
+        unit="MB",
+        min=0,
+        min_exclusive=True,
+    )
+    task_pool_mb: float = setting(
+        8.0,
+        help="blocklab finetune's code tasks: the environment's Python files they are built from",
+        unit="MB",
+        min=0,
+        min_exclusive=True,
+    )
+    max_examples: int | None = setting(
+        None,
+        help="classification: cap on the training examples (validation gets a quarter of it)",
+        derived="every example",
+        min=1,
+    )
 
     def __post_init__(self):
+        # A pathlib.Path is as good as its string; the config stores strings so that it writes as TOML.
         if isinstance(self.source, os.PathLike):
             self.source = os.fspath(self.source)
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise ConfigError(
-                f"source={self.source!r} is invalid: expected 'stdlib', 'python', 'hf:NAME_OR_PATH' "
-                "or a path to a text file, a folder or a .jsonl file"
-            )
-        if self.glob is not None and (not isinstance(self.glob, str) or not self.glob.strip()):
-            raise ConfigError(f"glob={self.glob!r} is invalid: expected a pattern such as 'src/**/*.py' or None")
-        _int_field("vocab_size", self.vocab_size, MIN_VOCAB_SIZE, MAX_VOCAB_SIZE)
-        _int_field("seq_len", self.seq_len, 1)
-        _float_field("mask_prob", self.mask_prob, 0.0, 1.0, lo_open=True, hi_open=False)
-        _float_field("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
-        for name in ("text_field", "split", "src_lang", "tgt_lang"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise ConfigError(f"{name}={value!r} is invalid: expected a non-empty string")
-        if self.hf_config is not None and (not isinstance(self.hf_config, str) or not self.hf_config.strip()):
-            raise ConfigError(f"hf_config={self.hf_config!r} is invalid: expected a configuration name or None")
-        if not isinstance(self.streaming, bool):
-            raise ConfigError(f"streaming={self.streaming!r} is invalid: expected true or false")
-        _float_field("tokenizer_sample_mb", self.tokenizer_sample_mb, 0.0, float("inf"), lo_open=True, hi_open=True)
-        _float_field("task_pool_mb", self.task_pool_mb, 0.0, float("inf"), lo_open=True, hi_open=True)
-        if self.max_examples is not None:
-            _int_field("max_examples", self.max_examples, 1)
         if isinstance(self.cache_dir, os.PathLike):
             self.cache_dir = os.fspath(self.cache_dir)
-        if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir):
-            raise ConfigError(f"cache_dir={self.cache_dir!r} is invalid: expected a folder path or None")
+        validate(self)
 
 
 def cache_root(cfg: DataConfig) -> Path:

@@ -13,7 +13,7 @@ the blocks by how close their best rate lies to it.
 
 from __future__ import annotations
 
-from blocklab.blocks import BLOCKS
+from blocklab.registry import PUBLIC_BLOCKS
 
 # SPEC 2b's two options, each on the block its paper puts it in.
 OPTION_RUNS = [
@@ -24,9 +24,7 @@ OPTION_RUNS = [
 
 def zoo_runs() -> list[dict]:
     """One run per public block (its registry label; its block recipe applies) and one per option."""
-    from blocklab.blocks import REGISTRY
-
-    runs = [{"name": b, "label": REGISTRY[b].label, "model.block": b} for b in BLOCKS]
+    runs = [{"name": b, "label": label, "model.block": b} for b, label in PUBLIC_BLOCKS.items()]
     return runs + [dict(r) for r in OPTION_RUNS]
 
 
@@ -48,7 +46,8 @@ def zoo(name: str, description: str, cost: str, base: dict, lrs: list[float]) ->
 
 ZOO = zoo(
     "zoo",
-    "Every block of SPEC sections 2 and 2b (and DyT, QK-norm) on one causal-LM budget, two seeds: "
+    "Every block blocklab offers (`blocklab train --help` lists them with their equations) and the DyT and "
+    "QK-norm options on one causal-LM budget, two seeds: "
     "d=128, 4 layers, T=128, batch 16, 200 steps on the stdlib corpus; He & Hofmann's recipe "
     "(AdamW, wd 0.1, 10-step warm-up then linear decay, clip 1) for every block but nGPT (its paper's: "
     "no weight decay, no warm-up); each block at its own best of lr 1e-3, 3e-3, 1e-2.",

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from blocklab.config import ModelConfig, model_choices
+from blocklab.config import ModelConfig
 from blocklab.data import DataConfig
-from blocklab.errors import UserError
+from blocklab.errors import ConfigError, UserError
 from blocklab.overrides import parse_overrides as parse_tokens
 from blocklab.registry import REGISTRY
-from blocklab.validate import choice, positive
+from blocklab.settings import help_text, markdown_table, setting, validate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,124 +24,123 @@ OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("constant", "linear", "cosine", "inv_sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLELS = ("ddp", "fsdp")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 1000
-    batch_size: int = 16  # global batch (split across ranks under torchrun)
-    lr: float = 1e-3
-    optimizer: str = "adamw"
-    schedule: str = "linear"  # linear warm-up then linear decay to zero (He & Hofmann)
-    warmup_steps: int | None = None  # None: 5% of steps
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.98
-    momentum: float = 0.9  # sgd only
-    grad_clip: float = 1.0  # 0 disables clipping
-    seed: int = 0
-    log_every: int = 10
-    eval_every: int = 200
-    eval_batches: int = 8
-    checkpoint_every: int = 500
-    precision: str = "fp32"
-    compile: bool | str = "auto"  # auto: on for CUDA (each block compiled once), off on the CPU
-    device: str = "auto"  # auto | cpu | cuda
-    divergence_factor: float = 1.5  # diverged when loss > factor * first loss (or non-finite)
-    # Stalled: after warm-up, the loss stays within stall_margin nats of the training split's unigram
-    # entropy for stall_patience steps (training/stall.py); stall_patience 0 turns detection off.
-    stall_margin: float = 0.1
-    stall_patience: int = 100
-    # inv_sqrt only: the rate is lr * min(1, sqrt(inv_sqrt_scale / t)) after warm-up, so runs with
-    # different warm-ups (none included) share one decay; None: warmup_steps, or 5% of steps without warm-up.
-    inv_sqrt_scale: int | None = None
-    label_smoothing: float = 0.0  # task="translation" only (training loss; evaluation is the plain NLL)
-    keep_checkpoints: int = 2  # the newest checkpoints kept; 0 keeps every one (fine-tuning along pre-training)
-    # task="classification": start the encoder from this mlm run's checkpoint (init_step; None: its
-    # latest), with a fresh head; its tokenizer too (training/finetune.py). None: from scratch.
-    init_from: str | None = None
-    init_step: int | None = None
-    # Scale-out (SPEC section 6; training/parallel.py). Under torchrun: ddp replicates the model, fsdp
-    # shards parameters, gradients and optimizer state over the processes (FSDP2) and checkpoints through
-    # torch.distributed.checkpoint. grad_accum splits each process's share of the batch into that many
-    # micro-batches (same losses, less memory); activation_checkpointing recomputes each block's
-    # activations in the backward pass instead of keeping them.
-    parallel: str = "ddp"
-    grad_accum: int = 1
-    activation_checkpointing: bool = False
+    steps: int = setting(1000, help="optimizer updates in the run", unit="steps", min=1)
+    batch_size: int = setting(
+        16, help="sequences per update, over all processes (split across ranks under torchrun)", min=1
+    )
+    lr: float = setting(1e-3, help="peak learning rate", min=0, min_exclusive=True)
+    optimizer: str = setting("adamw", help="the optimizer (sgd with train.momentum)", choices=OPTIMIZERS)
+    schedule: str = setting(
+        "linear",
+        help="after the linear warm-up: constant, linear or cosine decay to zero, or inv_sqrt (fairseq's inverse_sqrt)",
+        choices=SCHEDULES,
+    )
+    warmup_steps: int | None = setting(
+        None, help="linear warm-up from 0 to train.lr (0: none)", unit="steps", derived="5% of train.steps", min=0
+    )
+    weight_decay: float = setting(0.1, help="decoupled weight decay (gains, norms and biases get none)", min=0)
+    beta1: float = setting(0.9, help="Adam's first-moment decay", min=0, max=1, max_exclusive=True)
+    beta2: float = setting(0.98, help="Adam's second-moment decay", min=0, max=1, max_exclusive=True)
+    momentum: float = setting(0.9, help="optimizer=sgd only: momentum", min=0)
+    grad_clip: float = setting(1.0, help="clip the global gradient norm to this (0: no clipping)", min=0)
+    seed: int = setting(0, help="seeds the initialisation, the batch order and the masks")
+    log_every: int = setting(10, help="a metrics.jsonl line every this many steps", unit="steps", min=1)
+    eval_every: int = setting(200, help="validation loss every this many steps", unit="steps", min=1)
+    eval_batches: int = setting(8, help="validation batches per evaluation", min=1)
+    checkpoint_every: int = setting(
+        500, help="a checkpoint every this many steps (and at the end)", unit="steps", min=1
+    )
+    precision: str = setting("fp32", help="training precision (bf16/fp16: autocast)", choices=PRECISIONS)
+    compile: bool | str = setting(
+        "auto",
+        help="torch.compile each block; auto: on for CUDA, off on the CPU",
+        choices=("auto", True, False),
+    )
+    device: str = setting("auto", help="auto: CUDA when available, else the CPU", choices=DEVICES)
+    divergence_factor: float = setting(
+        1.5,
+        help="the run is diverged when the loss exceeds this times the first loss (or is not finite)",
+        min=1,
+        min_exclusive=True,
+    )
+    # Stalled: after warm-up, the loss stays within stall_margin of the training split's unigram entropy for
+    # stall_patience steps (training/stall.py): the model learned token frequencies only.
+    stall_margin: float = setting(
+        0.1,
+        help="stalled: after warm-up, the loss stays within this of the unigram entropy",
+        unit="nats",
+        min=0,
+        min_exclusive=True,
+    )
+    stall_patience: int = setting(
+        100,
+        help="stalled: the loss stays near the unigram entropy (train.stall_margin) this long (0: no stall detection)",
+        unit="steps",
+        min=0,
+    )
+    # One scale shared by runs with different warm-ups (none included) gives them one decay.
+    inv_sqrt_scale: int | None = setting(
+        None,
+        help="schedule=inv_sqrt only: after warm-up the rate is lr * min(1, sqrt(s / t)) with this s",
+        unit="steps",
+        derived="train.warmup_steps, or 5% of train.steps without warm-up",
+        min=0,
+    )
+    label_smoothing: float = setting(
+        0.0,
+        help="model.task=translation only: label smoothing of the training loss (evaluation is the plain NLL)",
+        min=0,
+        max=1,
+        max_exclusive=True,
+    )
+    keep_checkpoints: int = setting(2, help="the newest checkpoints kept (0: every one)", min=0)
+    init_from: str | None = setting(
+        None,
+        help="model.task=classification: start the encoder (and tokenizer) from this mlm run, with a fresh head",
+        derived="none: from scratch",
+    )
+    init_step: int | None = setting(
+        None, help="with train.init_from: the checkpoint step to start from", derived="the run's latest", min=0
+    )
+    # Scale-out under torchrun (training/parallel.py): fsdp shards parameters, gradients and optimizer state
+    # (FSDP2) and checkpoints through torch.distributed.checkpoint.
+    parallel: str = setting(
+        "ddp",
+        help="under torchrun: ddp replicates the model, fsdp shards it over the processes",
+        choices=PARALLELS,
+    )
+    grad_accum: int = setting(
+        1, help="micro-batches per process and update (same losses, less memory); divides batch_size", min=1
+    )
+    activation_checkpointing: bool = setting(
+        False, help="recompute each block's activations in the backward pass instead of keeping them"
+    )
 
     def __post_init__(self) -> None:
-        for name in (
-            "steps",
-            "batch_size",
-            "log_every",
-            "eval_every",
-            "eval_batches",
-            "checkpoint_every",
-            "grad_accum",
-        ):
-            positive(f"train.{name}", getattr(self, name))
-        positive("train.lr", _num(self.lr), float)
-        choice("train.optimizer", self.optimizer, OPTIMIZERS)
-        choice("train.schedule", self.schedule, SCHEDULES)
-        choice("train.precision", self.precision, PRECISIONS)
-        choice("train.device", self.device, ("auto", "cpu", "cuda"))
-        choice("train.parallel", self.parallel, PARALLELS)
-        if not isinstance(self.activation_checkpointing, bool):
-            raise ValueError(
-                f"train.activation_checkpointing={self.activation_checkpointing!r} is not valid; "
-                "it must be true or false"
-            )
+        if isinstance(self.compile, str) and self.compile.lower() in ("true", "false", "1", "0", "yes", "no"):
+            self.compile = self.compile.lower() in ("true", "1", "yes")
+        validate(self, "train")
         if self.batch_size % self.grad_accum:
-            raise ValueError(
+            raise ConfigError(
                 f"train.grad_accum={self.grad_accum} is not valid; it must divide train.batch_size="
                 f"{self.batch_size} (each micro-batch is an equal share of the batch)"
             )
-        if isinstance(self.compile, str) and self.compile.lower() in ("true", "false", "1", "0", "yes", "no"):
-            self.compile = self.compile.lower() in ("true", "1", "yes")
-        if not (isinstance(self.compile, bool) or self.compile == "auto"):
-            raise ValueError(f"train.compile={self.compile!r} is not valid; choose one of: auto, true, false")
         if self.warmup_steps is None:
             self.warmup_steps = int(round(0.05 * self.steps))
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"train.warmup_steps={self.warmup_steps!r} is not valid; it must be an integer >= 0")
         if self.warmup_steps > self.steps:
-            raise ValueError(
+            raise ConfigError(
                 f"train.warmup_steps={self.warmup_steps} is not valid; it must be <= train.steps={self.steps}"
             )
-        for name in ("weight_decay", "grad_clip", "momentum"):
-            if _num(getattr(self, name)) < 0:
-                raise ValueError(f"train.{name}={getattr(self, name)!r} is not valid; it must be >= 0")
-        for name in ("beta1", "beta2"):
-            if not 0 <= _num(getattr(self, name)) < 1:
-                raise ValueError(f"train.{name}={getattr(self, name)!r} is not valid; it must be in [0, 1)")
-        if _num(self.divergence_factor) <= 1:
-            raise ValueError(f"train.divergence_factor={self.divergence_factor!r} is not valid; it must be > 1")
-        if not _num(self.stall_margin) > 0:
-            raise ValueError(f"train.stall_margin={self.stall_margin!r} is not valid; it must be > 0")
-        if not 0 <= _num(self.label_smoothing) < 1:
-            raise ValueError(f"train.label_smoothing={self.label_smoothing!r} is not valid; it must be in [0, 1)")
-        for name, value in (
-            ("stall_patience", self.stall_patience),
-            ("inv_sqrt_scale", self.inv_sqrt_scale),
-            ("keep_checkpoints", self.keep_checkpoints),
-            ("init_step", self.init_step),
-        ):
-            if (value is not None or name == "stall_patience") and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 0
-            ):
-                raise ValueError(f"train.{name}={value!r} is not valid; it must be an integer >= 0")
 
 
 def compiles(t: TrainConfig, device_type: str) -> bool:
     """Whether a run compiles its blocks on a device of this type (train.compile auto: on CUDA only)."""
     return t.compile is True or (t.compile == "auto" and device_type == "cuda")
-
-
-def _num(x) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        return float("nan")
-    return float(x)
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}  # in blocklab.overrides.SECTIONS' order
@@ -319,26 +317,24 @@ def to_toml(cfg: RunConfig) -> str:
 
 
 def describe_options() -> str:
-    """Every option with its default (and its choices where it has a list), for `blocklab train --help`."""
-    choices = {("model", k): v for k, v in model_choices().items()}
-    choices.update(
-        {
-            ("train", "optimizer"): OPTIMIZERS,
-            ("train", "schedule"): SCHEDULES,
-            ("train", "precision"): PRECISIONS,
-            ("train", "parallel"): PARALLELS,
-        }
-    )
-    out = []
-    for section, cls_ in SECTIONS.items():
-        default = cls_() if section != "model" else ModelConfig()
-        out.append(f"  {section}.*")
-        for f in fields(cls_):
-            line = f"    --{section}.{f.name:<20} default: {getattr(default, f.name)!r}"
-            if (section, f.name) in choices:
-                line += f"; one of: {', '.join(choices[(section, f.name)])}"
-            out.append(line)
-    return "\n".join(out)
+    """Every option with its type, true default, choices and description (from the settings' declarations),
+    then each block's equation, for `blocklab train --help`."""
+    return help_text(SECTIONS) + "\n\n" + describe_blocks()
+
+
+def describe_blocks() -> str:
+    """One line per block for --model.block: its name and its equation (the first line of its docstring)."""
+    lines = ["block table (--model.block): each block's equation"]
+    for name, spec in REGISTRY.items():
+        if spec.public:
+            doc = (spec.cls.__doc__ or spec.label).strip().splitlines()[0].rstrip(";")
+            lines.append(f"  {name:<13} {doc}")
+    return "\n".join(lines)
+
+
+def options_markdown() -> str:
+    """The README's table of the [model], [data] and [train] options (a test keeps the two equal)."""
+    return markdown_table(SECTIONS)
 
 
 def describe_recipes() -> str:
