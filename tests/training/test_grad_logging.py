@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-import blocklab.training.trainer as trainer_module
+import blocklab.training.loop as loop_module
 from blocklab.training import Trainer, load_config, train
 
 ROLES = ("attn.q", "attn.k", "attn.v", "attn.proj", "mlp.fc1", "mlp.fc2")
@@ -30,13 +30,13 @@ def small(overrides):
 
 def counted(monkeypatch):
     calls = []
-    real = trainer_module.layer_grad_norms
+    real = loop_module.layer_grad_norms
 
     def counting(model):
         calls.append(model)
         return real(model)
 
-    monkeypatch.setattr(trainer_module, "layer_grad_norms", counting)
+    monkeypatch.setattr(loop_module, "layer_grad_norms", counting)
     return calls
 
 

@@ -65,10 +65,11 @@ def test_reapplying_to_a_stored_config_changes_nothing(tmp_path):
 
 def test_ngpt_run_follows_its_recipe_and_says_so(tmp_path, overrides, capsys):
     overrides["model"]["block"] = "ngpt"
-    overrides["train"].update(steps=4, eval_every=2, checkpoint_every=2, log_every=2)
+    # A constant rate: a run extends on resume only where its schedule does not derive from train.steps.
+    overrides["train"].update(steps=4, eval_every=2, checkpoint_every=2, log_every=2, schedule="constant")
     out = tmp_path / "r"
     assert main([str(a) for a in ["train", "--out", out, "--no-progress", *as_args(overrides)]]) == 0
-    log = capsys.readouterr().out
+    log = capsys.readouterr().err  # a status line: stderr, beside the results on stdout
     assert "recipe of nGPT (Loshchilov et al. 2024, Sec. 2.6): train.weight_decay=0.0, train.warmup_steps=0" in log
     assert json.loads((out / "summary.json").read_text())["recipe"] == NGPT
     stored = read_toml(out / "config.toml")["train"]
@@ -78,14 +79,14 @@ def test_ngpt_run_follows_its_recipe_and_says_so(tmp_path, overrides, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["step"] == 6 and summary["recipe"] == NGPT
     assert read_toml(out / "config.toml")["train"] == dict(stored, steps=6)
-    assert "recipe of nGPT" in capsys.readouterr().out
+    assert "recipe of nGPT" in capsys.readouterr().err
 
 
 def test_an_explicit_setting_beats_the_recipe_in_a_run(tmp_path, overrides, capsys):
     overrides["model"]["block"] = "ngpt"
     overrides["train"].update(steps=2, eval_every=2, checkpoint_every=2, weight_decay=0.05)
     assert main([str(a) for a in ["train", "--out", tmp_path / "r", "--no-progress", *as_args(overrides)]]) == 0
-    assert "train.warmup_steps=0" in capsys.readouterr().out
+    assert "train.warmup_steps=0" in capsys.readouterr().err
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["recipe"] == {"train.warmup_steps": 0}
     assert read_toml(tmp_path / "r" / "config.toml")["train"]["weight_decay"] == 0.05
 

@@ -111,7 +111,7 @@ def test_run_on_iid_words_stalls_keeps_its_checkpoint_and_exits_with_its_code(tm
     assert s["stalled_step"] >= 5 + 20  # warm-up, then a full window
     assert abs(s["final_loss"] - s["unigram_entropy"]) < 0.5
     assert load_checkpoint(run / "checkpoints")["step"] == s["stalled_step"]
-    assert "stalled at step" in capsys.readouterr().out
+    assert "stalled at step" in capsys.readouterr().err
 
 
 def test_healthy_run_passes_through_the_unigram_entropy(tmp_path):
@@ -129,6 +129,7 @@ def test_resuming_a_stalled_run_stalls_at_once_unless_stall_detection_is_off(tmp
     step trained, no row written); --train.stall_patience 0 trains on to the new step count."""
     run = tmp_path / "r"
     over = tiny(word_corpus(tmp_path / "iid", cyclic=False), steps=40)
+    over["train"]["schedule"] = "constant"  # a linear decay ends at train.steps: such a run cannot extend
     first = train(load_config(None, over), run, progress=False, log=lambda *a: None)
     assert first["status"] == "stalled" and first["stalled_step"] < 40
     stalled_at, rows = first["stalled_step"], (run / "metrics.jsonl").read_text()
@@ -137,7 +138,7 @@ def test_resuming_a_stalled_run_stalls_at_once_unless_stall_detection_is_off(tmp
     over["train"]["steps"] = 60
     capsys.readouterr()
     assert main(["train", "--out", str(run), "--resume", "--no-progress"] + as_args(over)) == 4  # stalled's code
-    assert "stalled at step" in capsys.readouterr().out
+    assert "stalled at step" in capsys.readouterr().err
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "stalled" and s["stalled_step"] == s["step"] == stalled_at
     assert s["steps"] == 60 and s["final_loss"] == first["final_loss"]
@@ -156,8 +157,10 @@ def test_a_run_that_stalled_at_its_last_step_resumes_stalled(tmp_path):
     """Stalled exactly at train.steps: the resumed run is still stalled, not 'completed'."""
     run = tmp_path / "r"
     over = tiny(word_corpus(tmp_path / "iid", cyclic=False), steps=40)
-    first = train(load_config(None, over), run, progress=False, log=lambda *a: None)
-    over["train"]["steps"] = first["stalled_step"]
+    over["train"]["schedule"] = "constant"  # the same rates whatever train.steps: the same stall
+    first = train(load_config(None, over), tmp_path / "longer", progress=False, log=lambda *a: None)
+    over["train"]["steps"] = first["stalled_step"]  # a run cannot shrink on resume: a new run this long
+    assert train(load_config(None, over), run, progress=False, log=lambda *a: None)["step"] == first["stalled_step"]
     again = train(load_config(None, over), run, resume=True, progress=False, log=lambda *a: None)
     assert again["status"] == "stalled" and again["stalled_step"] == first["stalled_step"]
 
@@ -167,7 +170,8 @@ def test_resuming_a_stalled_run_with_other_stall_settings_decides_anew(tmp_path)
     cannot call the run stalled yet, so it trains on (and may stall again later)."""
     run = tmp_path / "r"
     over = tiny(word_corpus(tmp_path / "iid", cyclic=False), steps=40)
+    over["train"]["schedule"] = "constant"  # so that the run can extend
     first = train(load_config(None, over), run, progress=False, log=lambda *a: None)
-    over["train"].update(steps=first["stalled_step"] + 5, stall_patience=over["train"]["stall_patience"] * 4)
+    over["train"].update(steps=45, stall_patience=over["train"]["stall_patience"] * 4)
     s = train(load_config(None, over), run, resume=True, progress=False, log=lambda *a: None)
-    assert s["step"] == first["stalled_step"] + 5 and s["status"] == "completed"
+    assert first["stalled_step"] < 40 and s["step"] == 45 and s["status"] == "completed"

@@ -63,7 +63,7 @@ def test_resume_is_bit_for_bit(tmp_path, overrides, monkeypatch):
 
 def test_resuming_with_another_thread_count_warns(tmp_path, overrides):
     """What a bit-exact resume needs (the checkpoint's `numerics`) is checked, and a change is said."""
-    overrides["train"].update(steps=10, checkpoint_every=5, warmup_steps=0)
+    overrides["train"].update(steps=10, checkpoint_every=5, warmup_steps=0, schedule="constant")  # extends
     train(load_config(None, overrides), tmp_path / "r", progress=False, log=lambda *a: None)
     said, threads = [], torch.get_num_threads()
     overrides["train"]["steps"] = 12
@@ -107,11 +107,19 @@ def test_post_ln_without_warmup_at_large_lr_diverges_and_keeps_last_good_checkpo
         checkpoint_every=1,
         steps=30,
     )
-    s = train(load_config(None, overrides), tmp_path / "r", progress=False)
+    said = []
+    s = train(load_config(None, overrides), tmp_path / "r", progress=False, log=said.append)
     assert s["status"] == "diverged" and s["diverged_step"] == s["step"] + 1
     ckpt = load_checkpoint(tmp_path / "r" / "checkpoints")
     assert ckpt["step"] == s["step"] and all(torch.isfinite(t).all() for t in ckpt["model"].values())
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "diverged"
+    assert f"the last good checkpoint (step {s['step']}) is kept" in said[-1]
+    # Without a checkpoint before the divergence, the log claims none.
+    overrides["train"].update(checkpoint_every=1000)
+    said = []
+    s = train(load_config(None, overrides), tmp_path / "none", progress=False, log=said.append)
+    assert s["status"] == "diverged" and not list((tmp_path / "none").glob("checkpoints/step-*"))
+    assert "no checkpoint was written" in said[-1] and "kept" not in said[-1], said[-1]
     # the same model with a sane learning rate trains to the end
     overrides["train"].update(lr=1e-3)
     assert train(load_config(None, overrides), tmp_path / "ok", progress=False)["status"] == "completed"
