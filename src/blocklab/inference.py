@@ -15,15 +15,16 @@ from blocklab.training.generate import load_run
 from blocklab.training.translation import detokenize, translate_ids
 
 
-def load_translation_run(run_dir, device: str = "cpu"):
-    """(model, tokenizer, config) of a translation run, the model in eval mode; anything else is one clear line."""
+def load_translation_run(run_dir, device: str = "cpu", step: int | None = None):
+    """(model, tokenizer, config) of a translation run (its checkpoint of `step`, default the latest), the
+    model in eval mode; anything else is one clear line."""
     if (Path(run_dir) / "config.toml").is_file():  # the task first: a language model's checkpoint is not read
         task = load_config(Path(run_dir) / "config.toml").model.task
         if task != "translation":
             raise UserError(
                 f"{run_dir} is a {task} model, not a translation model (train one with --model.task translation)"
             )
-    model, tokenizer, cfg = load_run(run_dir, device)
+    model, tokenizer, cfg = load_run(run_dir, device, step)
     if hasattr(tokenizer, "encode_special_tokens"):  # "<eod>" typed in a sentence is text, not the token
         tokenizer.encode_special_tokens = True
     return model.eval(), tokenizer, cfg

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -55,6 +56,8 @@ def run_dir(tmp_path_factory):
             "6",
             "--train.eval_batches",
             "1",
+            "--train.checkpoint_every",
+            "6",
             "--train.label_smoothing",
             "0.1",
         ]
@@ -127,3 +130,37 @@ def test_bad_input(run_dir, tmp_path, capsys):
         ["train", "--out", tmp_path / "y", "--model.task", "translation", "--data.source", tmp_path / "nope.tsv"],
         "does not exist",
     )
+
+
+def test_step_reads_an_older_checkpoint_and_a_missing_one_is_named(run_dir, tmp_path, capsys):
+    from blocklab.inference import load_translation_run, translate_lines
+
+    src = tmp_path / "in.txt"
+    src.write_text("Haus Baum\nAuto\n")
+    assert main(["translate", "--run", str(run_dir), "--input", str(src), "--beam", "1", "--step", "6"]) == 0
+    older = load_translation_run(run_dir, step=6)
+    assert capsys.readouterr().out.split("\n")[:2] == translate_lines(older, ["Haus Baum", "Auto"], beam=1)
+    latest = load_translation_run(run_dir)[0].state_dict()
+    assert any(not v.equal(latest[k]) for k, v in older[0].state_dict().items())
+    one_line_error(capsys, ["translate", "--run", run_dir, "--step", "7"], "no checkpoint of step 7; it has: 6, 12")
+
+
+def test_a_cut_latest_pointer_falls_back_and_says_so(run_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / "checkpoints" / "latest").write_text("step-0000")
+    src = tmp_path / "in.txt"
+    src.write_text("Haus\n")
+    assert main(["translate", "--run", str(run), "--input", str(src), "--beam", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "latest is damaged" in err and "using the checkpoint of step 12" in err and len(err.splitlines()) == 1
+
+
+def test_a_full_disk_behind_standard_output_is_one_line(run_dir, tmp_path, capsys, monkeypatch):
+    src = tmp_path / "in.txt"
+    src.write_text("Haus\n" * 50)
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr(sys, "stdout", full)
+        rc = main(["translate", "--run", str(run_dir), "--input", str(src), "--beam", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "No space left on device" in err and "\n" not in err

@@ -198,7 +198,7 @@ def test_the_latest_checkpoint_is_named_and_other_settings_are_refused(mlm_run, 
     assert (
         finetune(mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, **quiet)["scores"] == result["scores"]
     )
-    with pytest.raises(UserError, match="holds a run with train.lr"):
+    with pytest.raises(UserError, match=r"holds a fine-tuning with other settings \(train.lr"):
         finetune(
             mlm_run, str(separable), tmp_path / "ft", seeds=[0], epochs=1, overrides={"train": {"lr": 3e-4}}, **quiet
         )

@@ -10,8 +10,7 @@ import torch
 from blocklab import build_model
 from blocklab.cli import main
 from blocklab.errors import UserError
-from blocklab.training import load_config, train
-from blocklab.training import trainer as trainer_module
+from blocklab.training import load_config, rundir, train
 from blocklab.training.checkpoint import checkpoint_steps, load_checkpoint, open_checkpoint
 from blocklab.training.distributed import Dist
 from blocklab.training.optim import make_optimizer
@@ -119,7 +118,7 @@ def test_a_dcp_checkpoint_loads_as_one_model_state_in_one_process(runs, corpus_d
     assert any(not torch.equal(other[k], v) for k, v in whole["model"].items())
 
 
-def test_a_corrupted_shard_is_one_clear_error(runs, corpus_dir, tmp_path):
+def test_a_corrupted_shard_is_one_clear_error_and_a_resume_falls_back(runs, corpus_dir, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(runs["fsdp"], run)
     shard = run / "checkpoints" / "step-00000020" / "dcp" / "__0_0.distcp"
@@ -131,8 +130,15 @@ def test_a_corrupted_shard_is_one_clear_error(runs, corpus_dir, tmp_path):
         with pytest.raises(UserError, match=r"corrupted: dcp/__0_0\.distcp does not match its checksum"):
             load(run / "checkpoints")
     assert load_checkpoint(run / "checkpoints", 15)["step"] == 15  # the others are untouched
-    with pytest.raises(UserError, match="corrupted"):
-        quiet_train(load_config(None, config(corpus_dir, steps=25)), run, resume=True)
+    capsys.readouterr()
+    # A resume takes the newest checkpoint that verifies (step 15) and says which one it passed over.
+    s = quiet_train(load_config(None, config(corpus_dir, steps=25)), run, resume=True)
+    assert s["status"] == "completed" and s["step"] == 25
+    err = capsys.readouterr().err
+    assert "step-00000020" in err and "does not match its checksum" in err
+    assert "using the checkpoint of step 15" in err
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, 26))  # steps 16..20 were trained again
 
 
 def test_a_missing_shard_is_one_clear_error(runs, tmp_path):
@@ -158,7 +164,7 @@ def test_resuming_a_dcp_run_as_ddp_is_refused(runs, corpus_dir, tmp_path, capsys
 def test_the_trainer_refuses_a_checkpoint_of_the_other_format(runs, corpus_dir, tmp_path, monkeypatch):
     """Behind the config check: were train.parallel allowed to change on resume, the trainer would still
     not read one format as the other."""
-    monkeypatch.setattr(trainer_module, "RESUMABLE_CHANGES", trainer_module.RESUMABLE_CHANGES | {("train", "parallel")})
+    monkeypatch.setattr(rundir, "RESUMABLE_CHANGES", rundir.RESUMABLE_CHANGES | {("train", "parallel")})
     run = tmp_path / "run"
     shutil.copytree(runs["fsdp"], run)
     with pytest.raises(UserError, match="is dcp but a train.parallel=ddp run reads safetensors"):
@@ -171,7 +177,7 @@ def test_the_trainer_refuses_a_checkpoint_of_the_other_format(runs, corpus_dir, 
 
 def test_a_dcp_checkpoint_that_does_not_fit_the_model_is_one_clear_error(runs, corpus_dir, tmp_path, monkeypatch):
     """DCP's own error (a BaseException) behind the config check, as after a change of the model code."""
-    monkeypatch.setattr(trainer_module, "RESUMABLE_CHANGES", trainer_module.RESUMABLE_CHANGES | {("model", "d_ff")})
+    monkeypatch.setattr(rundir, "RESUMABLE_CHANGES", rundir.RESUMABLE_CHANGES | {("model", "d_ff")})
     run = tmp_path / "run"
     shutil.copytree(runs["fsdp"], run)
     over = config(corpus_dir, steps=25)

@@ -20,7 +20,7 @@ tasks (--task):
 
 
 def add_parser(sub) -> None:
-    from blocklab.training.finetune import EPOCHS, FINETUNE_TRAIN
+    from blocklab.training.finetune import EPOCHS, FINETUNE_TRAIN, WARMUP
 
     recipe = ", ".join(f"{k} {v}" for k, v in FINETUNE_TRAIN.items())
     p = sub.add_parser(
@@ -30,8 +30,9 @@ def add_parser(sub) -> None:
         "classification head and fine-tune it on a task, once per seed, into DIR/seed-N (ordinary "
         "run directories: metrics.jsonl, summary.json, checkpoints). DIR/finetune.json holds each "
         "seed's score on the validation split and their mean ± sd; a run whose loss becomes NaN "
-        f"ends 'diverged' and counts as a failure. Recipe: {recipe}, warm-up 10%%, {EPOCHS} "
-        "epochs; dotted overrides (--train.lr 5e-5, --data.max_examples 2000) change it.",
+        f"ends 'diverged' and counts as a failure. Recipe: {recipe}, warm-up {WARMUP:.0%}, {EPOCHS} "
+        "epochs; dotted overrides (--train.lr 5e-5, --data.max_examples 2000) change it (`blocklab train "
+        "--help` lists every option).",
         epilog=TASKS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -41,11 +42,18 @@ def add_parser(sub) -> None:
     p.add_argument("--seeds", default="0", help="comma-separated fine-tuning seeds (default: 0)")
     p.add_argument("--step", type=int, default=None, help="the checkpoint step of the mlm run (default: its latest)")
     p.add_argument("--epochs", type=float, default=EPOCHS, help=f"epochs over the training split (default: {EPOCHS})")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="fine-tune every seed afresh, replacing what DIR/seed-N holds (default: finished seeds with "
+        "these settings are kept, an interrupted one resumes, other settings are refused)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
 def run(args) -> int:
+    from blocklab.cli import status
     from blocklab.errors import UserError
     from blocklab.training.config import parse_overrides
     from blocklab.training.finetune import finetune
@@ -67,14 +75,25 @@ def run(args) -> int:
         args.epochs,
         parse_overrides(args.overrides),
         progress=False if args.no_progress else None,
+        overwrite=args.overwrite,
+        log=status,
     )
-    scores = ", ".join(
-        "diverged" if st == "diverged" else ("n/a" if s is None else f"{s:.1f}")
-        for s, st in zip(result["scores"], result["statuses"])
-    )
-    mean = "n/a" if result["mean"] is None else f"{result['mean']:.1f} ± {result['sd']:.1f}"
-    print(
-        f"{result['task']}: {result['metric']} {mean} over seeds {result['seeds']} ({scores}); majority "
-        f"baseline {result['majority_baseline']:.1f}; {result['failed']} diverged; {args.out}/finetune.json"
-    )
+    print(result_line(result, args.out))
     return 130 if result["status"] == "interrupted" else 0
+
+
+def result_line(result: dict, out) -> str:
+    """The fine-tuning's outcome in one line: the mean ± sd over the seeds that completed, or the score of
+    the one seed that did (no spread to give)."""
+
+    def f(x) -> str:
+        return "n/a" if x is None else f"{x:.1f}"
+
+    scores = ", ".join("diverged" if st == "diverged" else f(s) for s, st in zip(result["scores"], result["statuses"]))
+    mean = f(result["mean"])
+    if result["mean"] is not None:
+        mean += " (one seed)" if result["sd"] is None else f" ± {result['sd']:.1f}"
+    return (
+        f"{result['task']}: {result['metric']} {mean} over seeds {result['seeds']} ({scores}); majority "
+        f"baseline {f(result['majority_baseline'])}; {result['failed']} diverged; {out}/finetune.json"
+    )

@@ -41,7 +41,13 @@ def run(args) -> int:
     target = args.target_loss
     if target is not None and (not math.isfinite(target) or target <= 0):
         raise UserError(f"--target-loss {target} is not valid; give a positive loss value")
+    from pathlib import Path
+
+    from blocklab.atomic import writable_dir
     from blocklab.reporting import generate_report
+
+    if Path(args.dir).exists():  # the pages and figures go into DIR: checked before the figures are drawn
+        writable_dir(args.dir, "report folder")
 
     report = generate_report(args.dir, target)
     print(f"wrote {report.html_path}")

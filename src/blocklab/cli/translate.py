@@ -1,4 +1,4 @@
-"""blocklab translate --run DIR [--input FILE] [--beam 5]: the arguments and the text; the translating is
+"""blocklab translate --run DIR [--input FILE] [--beam 5] [--step N]: the arguments and the text; the translating is
 blocklab.inference's."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ def add_parser(sub) -> None:
         help="translate lines with a trained translation model",
         description="Read source sentences, one a line (standard input, or --input FILE), and write "
         "one translation a line, from the latest checkpoint of a translation run "
-        "(model.task = 'translation'). An empty line gives an empty line.",
+        "(model.task = 'translation'), or that of --step. An empty line gives an empty line. A damaged "
+        "latest checkpoint gives the newest one that verifies, said on stderr.",
     )
     p.add_argument("--run", required=True, help="run directory written by blocklab train")
     p.add_argument("--input", help="a UTF-8 text file of source sentences (default: standard input)")
@@ -29,6 +30,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--step", type=int, default=None, help="the checkpoint step to read (default: the latest)")
     p.set_defaults(func=run)
 
 
@@ -37,13 +39,17 @@ def run(args) -> int:
 
     if args.beam < 1 or args.batch_size < 1 or (args.max_new_tokens is not None and args.max_new_tokens < 1):
         raise UserError("--beam, --batch-size and --max-new-tokens must be positive integers")
+    if args.step is not None and args.step < 0:
+        raise UserError(f"--step {args.step} is not valid; give a checkpoint's step (>= 0)")
+    from blocklab.cli.output import print_lines
     from blocklab.data.lines import read_lines
     from blocklab.inference import load_translation_run, translate_lines
 
-    loaded = load_translation_run(args.run, args.device)  # a bad run fails before standard input is read
+    loaded = load_translation_run(args.run, args.device, args.step)  # a bad run fails before standard input is read
     lines = read_lines(args.input, "--input")
-    for line in translate_lines(
-        loaded, lines, args.beam, args.length_penalty, args.max_new_tokens, args.batch_size, args.device
-    ):
-        print(line)
+    print_lines(
+        translate_lines(
+            loaded, lines, args.beam, args.length_penalty, args.max_new_tokens, args.batch_size, args.device
+        )
+    )
     return 0

@@ -118,6 +118,7 @@ def run_finetunes(stage: FinetuneStage, runs, out: Path, progress=None, log=prin
                     progress,
                     log,
                     keep_checkpoints=stage.keep_checkpoints,
+                    replace_hint=f"delete {where} to fine-tune it again with the sweep's settings",
                 )
                 results[(run.name, step, task)] = result
                 if result["status"] == "interrupted":

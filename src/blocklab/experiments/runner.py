@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from blocklab.atomic import write_atomic
+from blocklab.atomic import writable_dir, write_atomic
 from blocklab.errors import UserError
 from blocklab.experiments.jobs import run_many
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
@@ -65,17 +65,9 @@ def _check_out(sweep: Sweep, out: Path) -> None:
             raise UserError(f"{saved} is damaged (not JSON); move it away or choose another --out") from None
         if previous.get("name") != sweep.name:
             raise UserError(f"{out} holds the sweep {previous.get('name')!r}, not {sweep.name!r}; choose another --out")
-    elif out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
-    elif out.exists() and any(out.iterdir()):
+    elif out.is_dir() and any(out.iterdir()):
         raise UserError(f"{out} is not empty and holds no blocklab sweep; choose another --out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".blocklab-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"cannot write to {out} ({e.strerror}); choose a writable --out") from None
+    writable_dir(out, "--out folder")  # a file in the way, no permission, a full disk
 
 
 def _train_phase(runs: list[RunSpec], out: Path, jobs: int, progress, log, results: dict, total: int) -> str:

@@ -37,7 +37,7 @@ def _result(root: Path, run: str, task: str, step: int | None) -> dict | None:
 def _pm(mean, sd) -> str:
     if mean is None:
         return "n/a"
-    return f"{mean:.1f}" if sd is None else f"{mean:.1f} ± {sd:.1f}"
+    return f"{mean:.1f} (one seed)" if sd is None else f"{mean:.1f} ± {sd:.1f}"
 
 
 def _cell(result: dict | None) -> str:

@@ -2,7 +2,9 @@
 
 Each checkpoint is written into a temporary folder, synced, renamed to `step-N`, and only
 then does the `latest` pointer move (itself replaced atomically). A kill at any moment
-leaves `latest` naming a complete checkpoint. Two formats share that folder discipline and the
+leaves `latest` naming a complete checkpoint. What a kill cannot do, a full disk or a copy cut short
+can: readers asked to `fallback` then use the newest checkpoint that verifies and say which one was
+damaged. Two formats share that folder discipline and the
 manifest: whole checkpoints (model.safetensors, optimizer.safetensors) written by one process,
 and the sharded checkpoints of FSDP runs (a torch.distributed.checkpoint folder, training/sharded.py).
 """
@@ -15,6 +17,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -73,7 +76,20 @@ def numerics() -> dict:
 
 def rng_state() -> dict:
     np_state = np.random.get_state()
-    return {"python": random.getstate()[1], "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]]}
+    state = {"python": random.getstate()[1], "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]]}
+    if torch.cuda.is_initialized():
+        state["cuda_device"] = torch.cuda.current_device()  # whose generator this process draws from
+    return state
+
+
+def rng_tensors() -> dict[str, torch.Tensor]:
+    """The torch generators' states: the CPU one and, once CUDA is in use, each CUDA device's (a GPU run's
+    dropout draws from those). A CPU run saves no CUDA state: initialising CUDA only to save it is waste."""
+    out = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_initialized():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            out[f"rng.cuda.{i}"] = state
+    return out
 
 
 def save_checkpoint(
@@ -84,7 +100,7 @@ def save_checkpoint(
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
     opt = optimizer.state_dict()
     tensors, scalars = _optimizer_tensors(opt)
-    tensors["rng.torch"] = torch.get_rng_state()
+    tensors.update(rng_tensors())
     save_file(tensors, tmp / "optimizer.safetensors")
     meta = {
         "step": step,
@@ -135,9 +151,10 @@ def finish(root: Path, tmp: Path, step: int, keep: int, known: dict[str, str] | 
 
 def _prune(root: Path, keep: int) -> None:
     """Drop all but the `keep` newest checkpoints (0: keep every one) and temporary folders left by
-    killed writers."""
+    killed writers. Checkpoints after `latest` are left alone: a run resumed from an older checkpoint
+    (the newer one was damaged) writes them again, and until then they must not push out good ones."""
     latest = (root / LATEST).read_text().strip()
-    done = sorted(p for p in root.glob("step-*") if p.is_dir())
+    done = sorted(p for p in root.glob("step-*") if p.is_dir() and p.name <= latest)
     for p in done[:-keep] if keep else []:
         if p.name != latest:
             shutil.rmtree(p, ignore_errors=True)
@@ -155,29 +172,99 @@ def checkpoint_steps(root: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in root.glob("step-*") if p.is_dir() and (p / "manifest.json").is_file())
 
 
-def open_checkpoint(root: Path, step: int | None = None, share: tuple[int, int] = (0, 1)) -> dict:
+class DamagedCheckpoint(UserError):
+    """A checkpoint (or the `latest` pointer) that cannot be read or does not verify; `reason` says why."""
+
+    def __init__(self, what: Path, reason: str):
+        super().__init__(f"{'checkpoint ' if what.name != LATEST else ''}{what} is {reason}")
+        self.what, self.reason = what, reason
+
+
+def stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def open_checkpoint(
+    root: Path, step: int | None = None, share: tuple[int, int] = (0, 1), fallback: bool = False, warn=stderr_line
+) -> dict:
     """The latest checkpoint (or that of `step`), verified against its manifest, without its weights:
-    {'step', 'path', 'format' ('safetensors' or 'dcp'), 'extra', 'rng', 'torch_rng', 'meta'}; UserError
-    if missing or damaged. `share` (i, n): verify only every n-th file from the i-th (n processes
-    verify a sharded checkpoint together, sharded.open_sharded)."""
+    {'step', 'path', 'format' ('safetensors' or 'dcp'), 'extra', 'rng', 'torch_rng', 'cuda_rng', 'meta'};
+    UserError if missing or damaged. `fallback` (and no `step`): a damaged `latest` pointer or checkpoint
+    gives the newest earlier checkpoint that verifies, said in one line on `warn`. `share` (i, n): verify
+    only every n-th file from the i-th (n processes verify a sharded checkpoint together, sharded.py)."""
+    if step is not None:
+        return open_at(root, step, share)
+    if fallback:
+        return newest(root, lambda path: open_folder(path, share), warn)
+    return open_folder(_pointed(root), share)
+
+
+def open_at(root: Path, step: int, share: tuple[int, int] = (0, 1)) -> dict:
+    """The checkpoint of `step`, verified; a step without one names the steps there are."""
+    path = root / f"step-{step:08d}"
+    if not path.is_dir():
+        have = ", ".join(map(str, checkpoint_steps(root))) or "none"
+        raise UserError(f"{root} has no checkpoint of step {step}; it has: {have}")
+    return open_folder(path, share)
+
+
+def _pointed(root: Path) -> Path:
+    """The checkpoint folder `latest` names (DamagedCheckpoint for an empty, cut or dangling pointer)."""
     pointer = root / LATEST
     if not pointer.is_file():
-        raise UserError(f"no checkpoint to resume from in {root}")
-    ckpt = root / pointer.read_text().strip()
-    if step is not None:
-        ckpt = root / f"step-{step:08d}"
-        if not ckpt.is_dir():
-            have = ", ".join(map(str, checkpoint_steps(root))) or "none"
-            raise UserError(f"{root} has no checkpoint of step {step}; it has: {have}")
+        raise UserError(f"no checkpoint in {root}: the run has saved none yet")
+    try:
+        name = pointer.read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DamagedCheckpoint(pointer, f"unreadable ({e})") from None
+    if not name:
+        raise DamagedCheckpoint(pointer, "empty")
+    if not name.startswith("step-") or "/" in name or not (root / name).is_dir():
+        raise DamagedCheckpoint(pointer, f"damaged: it names {name!r}, which is no checkpoint folder")
+    return root / name
+
+
+def newest(root: Path, open_one, warn=stderr_line) -> dict:
+    """open_one(folder) of the checkpoint `latest` names or, when that pointer or checkpoint is damaged (a
+    full disk, a copy cut short), of the newest other one that opens, said in one line on `warn`. One
+    line naming each damaged one when none opens. `open_one` raises DamagedCheckpoint for a bad one."""
+    damaged: list[DamagedCheckpoint] = []
+    try:
+        first = _pointed(root)
+    except DamagedCheckpoint as e:
+        first, damaged = None, [e]
+    except UserError:
+        first = None  # no pointer: a kill between a first checkpoint's rename and its pointer leaves that
+    others = sorted((p for p in root.glob("step-*") if p.is_dir() and p != first), key=lambda p: p.name, reverse=True)
+    for path in ([first] if first else []) + others:
+        try:
+            ckpt = open_one(path)
+        except DamagedCheckpoint as e:
+            damaged.append(e)
+            continue
+        if damaged:
+            warn(f"warning: {damaged[0]}; using the checkpoint of step {ckpt['step']} ({path}) instead")
+        return ckpt
+    if not damaged:
+        raise UserError(f"no checkpoint in {root}: the run has saved none yet")
+    what = "; ".join(f"{e.what.name} is {e.reason}" for e in damaged)
+    raise UserError(f"no checkpoint in {root} can be used: {what}")
+
+
+def open_folder(ckpt: Path, share: tuple[int, int] = (0, 1)) -> dict:
+    """The checkpoint in the folder `ckpt`, verified (DamagedCheckpoint otherwise): open_checkpoint's fields."""
     with _readable(ckpt):
+        if not (ckpt / "manifest.json").is_file():
+            raise DamagedCheckpoint(ckpt, "incomplete: it has no manifest.json")
         manifest = json.loads((ckpt / "manifest.json").read_text())
         for name, digest in sorted(manifest.items())[share[0] :: share[1]]:
             if _sha256(ckpt / name) != digest:
-                raise UserError(f"checkpoint {ckpt} is corrupted: {name} does not match its checksum")
+                raise DamagedCheckpoint(ckpt, f"corrupted: {name} does not match its checksum")
         meta = json.loads((ckpt / "state.json").read_text())
         fmt = meta.get("format", "safetensors")
         with safe_open(ckpt / ("optimizer.safetensors" if fmt == "safetensors" else "rng.safetensors"), "pt") as f:
-            rng = f.get_tensor("rng.torch")  # this tensor only, not the optimizer's state
+            rng = f.get_tensor("rng.torch")  # these tensors only, not the optimizer's state
+            cuda = {int(k[9:]): f.get_tensor(k) for k in f.keys() if k.startswith("rng.cuda.")}
     return {
         "step": meta["step"],
         "path": ckpt,
@@ -185,6 +272,7 @@ def open_checkpoint(root: Path, step: int | None = None, share: tuple[int, int] 
         "extra": meta["extra"],
         "rng": meta["rng"],
         "torch_rng": rng,
+        "cuda_rng": cuda,  # empty for a CPU run's checkpoint and for those written before CUDA's was saved
         "meta": meta,
     }
 
@@ -197,14 +285,17 @@ def _readable(ckpt: Path):
     except UserError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError, CheckpointException) as e:
-        raise UserError(f"checkpoint {ckpt} is unreadable or truncated: {type(e).__name__}: {e}") from None
+        raise DamagedCheckpoint(ckpt, f"unreadable or truncated: {type(e).__name__}: {e}") from None
 
 
-def load_checkpoint(root: Path, step: int | None = None) -> dict:
+def load_checkpoint(root: Path, step: int | None = None, fallback: bool = False, warn=stderr_line) -> dict:
     """open_checkpoint's fields and the whole model state ('model'), in one process whatever wrote it;
     also the optimizer's ('optimizer') for the whole format. Sharded (DCP) checkpoints are restored into
-    a training run by training/sharded.py instead."""
-    return read_weights(open_checkpoint(root, step))
+    a training run by training/sharded.py instead. `fallback`: as open_checkpoint's, and a checkpoint
+    whose weights cannot be read counts as damaged too."""
+    if step is not None or not fallback:
+        return read_weights(open_checkpoint(root, step))
+    return newest(root, lambda path: read_weights(open_folder(path)), warn)
 
 
 def read_weights(ckpt: dict) -> dict:
@@ -252,6 +343,12 @@ def single_process(alone: bool = True):
 
 def restore_rng(ckpt: dict) -> None:
     torch.set_rng_state(ckpt["torch_rng"])
+    cuda = ckpt.get("cuda_rng") or {}
+    saved = ckpt["rng"].get("cuda_device", 0)
+    if saved in cuda and torch.cuda.is_initialized():
+        # Each process draws on its own device only, so that device gets the saved device's state (the
+        # processes of a DDP run restore rank 0's, as they do the CPU generator's; they draw alike).
+        torch.cuda.set_rng_state(cuda[saved], torch.cuda.current_device())
     py = ckpt["rng"]["python"]
     random.setstate((3, tuple(py), None))
     n = ckpt["rng"]["numpy"]

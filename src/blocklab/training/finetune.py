@@ -15,13 +15,13 @@ import shutil
 import statistics
 from pathlib import Path
 
-from blocklab.atomic import write_atomic
+from blocklab.atomic import writable_dir, write_atomic
 from blocklab.errors import UserError
-from blocklab.training.checkpoint import checkpoint_steps
-from blocklab.training.config import RunConfig
+from blocklab.training.checkpoint import checkpoint_steps, open_checkpoint
+from blocklab.training.config import RunConfig, config_differences, load_config
 from blocklab.training.pretrained import pretraining_run
 from blocklab.training.tasks.classification import load_data
-from blocklab.training.trainer import prepare_run_dir, train
+from blocklab.training.trainer import RESUMABLE_CHANGES, prepare_run_dir, train
 
 FINETUNE_TRAIN = {
     "optimizer": "adamw",
@@ -88,9 +88,9 @@ def finetune_config(
     return RunConfig.from_dict({"model": model, "data": data, "train": train})
 
 
-def count_examples(run: str | Path, task: str, overrides: dict | None, log) -> tuple[int, int]:
+def count_examples(run: str | Path, task: str, overrides: dict | None, log, step: int | None = None) -> tuple[int, int]:
     """(training examples the model will see, number of labels) of `task` under the run's tokenizer."""
-    data = load_data(finetune_config(run, task, 0, overrides), log)
+    data = load_data(finetune_config(run, task, 0, overrides, step=step), log)
     return len(data.train.ids), data.labelled.n_labels
 
 
@@ -122,42 +122,49 @@ def finetune(
     progress: bool | None = None,
     log=print,
     keep_checkpoints: bool = True,
+    overwrite: bool = False,
+    replace_hint: str = "pass --overwrite to fine-tune it again, or choose another --out",
 ) -> dict:
     """Fine-tune the mlm run `run` on `task` once per seed into out/seed-N; out/finetune.json holds the
-    per-seed results and their mean ± sd. Finished seeds are kept (if their config is this one); an
-    interrupted one resumes. keep_checkpoints False: a finished seed's checkpoints are deleted (a
-    sweep of 90 fine-tuning runs of a 120M encoder would keep 150 GB for a table of scores)."""
+    per-seed results and their mean ± sd. Finished seeds are kept (if their config is this one; another
+    one is refused with `replace_hint`, what the caller offers instead); an interrupted one resumes.
+    `overwrite`: every seed is fine-tuned afresh. keep_checkpoints False: a finished seed's checkpoints
+    are deleted (a sweep of 90 fine-tuning runs of a 120M encoder would keep 150 GB for a table of scores)."""
     out = Path(out)
     if not seeds:
         raise UserError("no fine-tuning seeds given")
     pre = pretraining_run(run)
-    steps = checkpoint_steps(pre.path / "checkpoints")
+    root = pre.path / "checkpoints"
+    steps = checkpoint_steps(root)
     if step is not None and step not in steps:  # before the data is built: a typo fails at once
-        raise UserError(
-            f"{pre.path / 'checkpoints'} has no checkpoint of step {step}; it has: "
-            f"{', '.join(map(str, steps)) or 'none'}"
-        )
-    n_train, n_labels = count_examples(run, task, overrides, log)
+        raise UserError(f"{root} has no checkpoint of step {step}; it has: {', '.join(map(str, steps)) or 'none'}")
+    writable_dir(out)  # a file in the way, no permission, a full disk: before the data is built
+    if step is None:  # the newest that verifies, named once for every seed's config
+        step = open_checkpoint(root, fallback=True)["step"]
+    n_train, n_labels = count_examples(run, task, overrides, log, step)
     summaries = []
     for seed in seeds:
         cfg = finetune_config(run, task, seed, overrides, n_train, n_labels, epochs, step)
         run_dir = out / f"seed-{seed}"
-        done = _summary(run_dir)
+        if not overwrite:
+            _refuse_other_settings(cfg, run_dir, replace_hint)
+        done = None if overwrite else _summary(run_dir)
         if done and done.get("status") in ("completed", "diverged"):
-            prepare_run_dir(cfg, run_dir, resume=True, overwrite=False)  # refuses other settings
+            prepare_run_dir(cfg, run_dir, resume=True, overwrite=False)
             log(f"seed {seed}: {done['status']} earlier, kept")
             summaries.append(dict(done, seed=seed))
             continue
-        log(f"fine-tuning {pretraining_run(run).path.name} on {task}, seed {seed}: {cfg.train.steps} steps")
-        s = train(cfg, run_dir, resume=(run_dir / "config.toml").is_file(), progress=progress, log=log)
+        log(f"fine-tuning {pre.path.name} on {task}, seed {seed}: {cfg.train.steps} steps")
+        holds_run = (run_dir / "config.toml").is_file()
+        s = train(cfg, run_dir, resume=holds_run and not overwrite, overwrite=overwrite, progress=progress, log=log)
         summaries.append(dict(s, seed=seed))
         if s["status"] == "interrupted":
             break
         if not keep_checkpoints:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         log(
-            f"seed {seed}: {s['status']}, {s['metric']} {_fmt(s.get('final_score'))} "
-            f"(majority baseline {s['majority_baseline']:.1f})"
+            f"seed {seed}: {s['status']}, {s.get('metric')} {_fmt(s.get('final_score'))} "
+            f"(majority baseline {_fmt(s.get('majority_baseline'))})"
         )
     first = summaries[0]
     result = {
@@ -175,6 +182,18 @@ def finetune(
     }
     write_atomic(out / "finetune.json", json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _refuse_other_settings(cfg: RunConfig, run_dir: Path, hint: str) -> None:
+    """A seed's folder that holds a fine-tuning with other settings is never continued as this one.
+    train.steps counts here: it follows from the epochs and the data, so another one is another recipe."""
+    if not (run_dir / "config.toml").is_file():
+        return
+    ignored = RESUMABLE_CHANGES - {("train", "steps")}
+    diff = config_differences(load_config(run_dir / "config.toml"), cfg, ignored)
+    if diff:
+        shown = ", ".join(f"{key} {old!r} -> {new!r}" for key, old, new in diff[:3]) + (", ..." if diff[3:] else "")
+        raise UserError(f"{run_dir} holds a fine-tuning with other settings ({shown}); {hint}")
 
 
 def _summary(run_dir: Path) -> dict | None:

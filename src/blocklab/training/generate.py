@@ -44,8 +44,9 @@ def sample(
     return ids
 
 
-def load_run(run: str | Path, device: str = "cpu"):
-    """(model, tokenizer) from a run directory's config, tokenizer and latest checkpoint."""
+def load_run(run: str | Path, device: str = "cpu", step: int | None = None):
+    """(model, tokenizer, config) from a run directory's config, tokenizer and checkpoint: that of `step`, or
+    the latest (an older one, said on stderr, when the latest is damaged)."""
     run = Path(run)
     if not (run / "config.toml").is_file():
         raise UserError(f"{run} holds no blocklab run (no config.toml)")
@@ -56,7 +57,7 @@ def load_run(run: str | Path, device: str = "cpu"):
         tokenizer = Tokenizer.from_file(str(run / "tokenizer.json"))
     except Exception as e:  # tokenizers raises plain Exceptions on bad files
         raise UserError(f"{run}/tokenizer.json is unreadable: {e}") from None
-    ckpt = load_checkpoint(run / "checkpoints")
+    ckpt = load_checkpoint(run / "checkpoints", step, fallback=True)
     model = build_model(cfg.model)
     try:
         model.load_state_dict(ckpt["model"])
@@ -73,8 +74,9 @@ def generate_text(
     top_k: int | None = 50,
     seed: int = 0,
     device: str = "cpu",
+    step: int | None = None,
 ) -> str:
-    model, tokenizer, cfg = load_run(run, device)
+    model, tokenizer, cfg = load_run(run, device, step)
     if cfg.model.task != "clm":
         raise UserError(f"{run} is a {cfg.model.task} model; generation needs a causal (clm) model")
     ids = tokenizer.encode(prompt, add_special_tokens=False).ids

@@ -58,7 +58,7 @@ def _read(path: Path, mtime_ns: int) -> Pretrained:
 def load_encoder(model: torch.nn.Module, run: str | Path, step: int | None = None) -> int:
     """Copy the mlm run's encoder (checkpoint of `step`, default its latest) into `model`; the head
     keeps its fresh initialisation. Returns the checkpoint's step."""
-    ckpt = load_checkpoint(Path(run).expanduser() / "checkpoints", step)
+    ckpt = load_checkpoint(Path(run).expanduser() / "checkpoints", step, fallback=True)
     state = {k: v for k, v in ckpt["model"].items() if not k.startswith(LM_HEAD_PARAMS)}  # no use here
     own = model.state_dict()
     for k, v in state.items():

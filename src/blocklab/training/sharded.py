@@ -25,13 +25,18 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from blocklab.errors import UserError
 from blocklab.training.checkpoint import (
     DCP_DIR,
+    DamagedCheckpoint,
     begin,
     digests,
     finish,
+    newest,
     numerics,
     open_checkpoint,
+    open_folder,
     rng_state,
+    rng_tensors,
     single_process,
+    stderr_line,
 )
 from blocklab.training.distributed import Dist
 
@@ -67,7 +72,7 @@ def save_sharded(
         dist.gather_object(mine, known, dst=0)
     final = root / f"step-{step:08d}"
     if d.main:
-        save_file({"rng.torch": torch.get_rng_state()}, tmp / "rng.safetensors")
+        save_file(rng_tensors(), tmp / "rng.safetensors")
         meta = {
             "step": step,
             "format": "dcp",
@@ -84,20 +89,33 @@ def save_sharded(
     return final
 
 
-def open_sharded(root: Path, d: Dist) -> dict:
+def open_sharded(root: Path, d: Dist, fallback: bool = False) -> dict:
     """checkpoint.open_checkpoint with the files' verification split over the processes; a damaged
-    checkpoint is the same one-line UserError on every process (none is left waiting in a collective)."""
+    checkpoint is the same one-line UserError on every process (none is left waiting in a collective).
+    `fallback`: every candidate is judged by all processes together, so all of them take the same one."""
+    share = (d.rank, d.world_size)
+    if not fallback:
+        return _agreed(lambda: open_checkpoint(root, share=share), d)
+    say = stderr_line if d.main else (lambda line: None)
+    return newest(root, lambda path: _agreed(lambda: open_folder(path, share), d), say)
+
+
+def _agreed(open_one, d: Dist) -> dict:
+    """open_one() on every process; where any process fails, every process raises that failure."""
     try:
-        ckpt, error = open_checkpoint(root, share=(d.rank, d.world_size)), None
+        ckpt, error = open_one(), None
+    except DamagedCheckpoint as e:
+        ckpt, error = None, (str(e.what), e.reason)
     except UserError as e:
-        ckpt, error = None, str(e)
+        ckpt, error = None, (None, str(e))
     errors = [error]
     if d.enabled:
         errors = [None] * d.world_size
         dist.all_gather_object(errors, error)
     first = next((e for e in errors if e is not None), None)
     if first is not None:
-        raise UserError(first)
+        what, reason = first
+        raise UserError(reason) if what is None else DamagedCheckpoint(Path(what), reason)
     return ckpt
 
 
