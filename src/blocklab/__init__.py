@@ -1,8 +1,30 @@
 """blocklab: build, train and diagnose Transformer blocks (Post-LN, Pre-LN, parallel, SAS, SAS-P)."""
 
-from blocklab.blocks import BLOCKS
-from blocklab.config import ModelConfig
-from blocklab.model import ModelOutput, build_model, param_groups
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 __all__ = ["ModelConfig", "build_model", "BLOCKS", "ModelOutput", "param_groups", "__version__"]
+
+# Imported on first use: the models bring torch and Triton (seconds and hundreds of MB), which the command
+# line's --help and argument errors, and any user of blocklab.data or blocklab.config alone, do not need.
+_LAZY = {
+    "BLOCKS": "blocklab.blocks",
+    "ModelConfig": "blocklab.config",
+    "ModelOutput": "blocklab.model",
+    "build_model": "blocklab.model",
+    "param_groups": "blocklab.model",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'blocklab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,5 +1,9 @@
 import sys
 
-from blocklab.cli import main
+try:
+    from blocklab.cli import main
+except KeyboardInterrupt:  # a Ctrl-C before the command line's own handler is in place
+    print("blocklab: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

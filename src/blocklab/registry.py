@@ -10,6 +10,7 @@ report's labels and colours (reporting/) all read the block's spec from `REGISTR
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from dataclasses import dataclass
@@ -234,7 +235,95 @@ def _recipe(recipe) -> tuple[tuple[str, object], ...]:
     return tuple((key, value) for key, value in pairs)
 
 
-REGISTRY: dict[str, BlockSpec] = {}
+# The public blocks and their labels, in registry order, for what must answer without importing torch: the
+# command line's --help and argument errors, and the sweep presets. A test keeps it equal to the registry.
+PUBLIC_BLOCKS: dict[str, str] = {
+    "post-ln": "Post-LN",
+    "pre-ln": "Pre-LN",
+    "parallel": "parallel",
+    "deepnorm": "DeepNorm",
+    "ngpt": "nGPT",
+    "v-skipinit": "V-SkipInit",
+    "shaped-vp": "shaped value/projection",
+    "sas": "SAS",
+    "sas-p": "SAS-P",
+    "sas-p-nonorm": "SAS-P without norms",
+    "rezero": "ReZero",
+    "peri-ln": "Peri-LN",
+    "mix-ln": "Mix-LN",
+    "lns": "LayerNorm Scaling",
+    "op": "OP",
+}
+
+
+class _Registry(dict):
+    """name -> BlockSpec. The blocks register themselves when blocklab.blocks is imported, and that import
+    brings torch; the package no longer imports it at start-up (the command line answers --help without
+    torch), so the first read of the registry imports the blocks. By name: this module sits below them."""
+
+    _loading = False
+
+    def _load(self) -> None:
+        if not _Registry._loading:
+            _Registry._loading = True
+            try:
+                importlib.import_module("blocklab.blocks")
+            except BaseException:
+                _Registry._loading = False
+                raise
+
+    def __getitem__(self, name):
+        self._load()
+        return super().__getitem__(name)
+
+    def __contains__(self, name) -> bool:
+        self._load()
+        return super().__contains__(name)
+
+    def __iter__(self):
+        self._load()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._load()
+        return super().__len__()
+
+    def __repr__(self) -> str:
+        self._load()
+        return super().__repr__()
+
+    def __eq__(self, other) -> bool:
+        self._load()
+        return super().__eq__(other)
+
+    __hash__ = None
+
+    def get(self, name, default=None):
+        self._load()
+        return super().get(name, default)
+
+    def keys(self):
+        self._load()
+        return super().keys()
+
+    def values(self):
+        self._load()
+        return super().values()
+
+    def items(self):
+        self._load()
+        return super().items()
+
+    def copy(self) -> dict:
+        self._load()
+        return dict(super().items())
+
+    def pop(self, name, *default):
+        self._load()
+        return super().pop(name, *default)
+
+
+REGISTRY: dict[str, BlockSpec] = _Registry()
 
 
 def register(name: str, **facts):

@@ -7,10 +7,21 @@ import torch.nn as nn
 
 from blocklab.attention.centring import centred_mean, centring_matrix
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
-from blocklab.attention.fused import fused_shaped_attention
-from blocklab.attention.fused import unavailable_reason as fused_unavailable
 from blocklab.config import ModelConfig
 from blocklab.layers import RMSNorm, gain
+
+
+def _fused():
+    """The fused kernel's module, imported on first use: Triton and the torch.library op machinery it loads
+    cost about 2 s of every process's start, which a CPU run (sdpa) never needs."""
+    from blocklab.attention import fused
+
+    return fused
+
+
+def fused_unavailable(device: torch.device) -> str | None:
+    """Why the fused kernel cannot run on `device` (None: it can)."""
+    return _fused().unavailable_reason(device)
 
 
 def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
@@ -194,7 +205,7 @@ def shaped_attention(q, k, v, alpha, beta, gamma, causal: bool, key_mask=None, i
     optional, by the path `impl` (He & Hofmann eq. 6; SPEC section 2, "Fast shaped attention")."""
     H, T = q.shape[1], q.shape[-2]
     if impl == "fused":
-        return fused_shaped_attention(q, k, v, alpha, beta, gamma, causal, key_mask)
+        return _fused().fused_shaped_attention(q, k, v, alpha, beta, gamma, causal, key_mask)
     a, b = alpha.view(1, H, 1, 1), beta.view(1, H, 1, 1)
     if impl == "materialized":
         m = a * torch.eye(T, device=q.device, dtype=v.dtype) + b * attention_matrix(q, k, causal, key_mask)

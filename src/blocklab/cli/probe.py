@@ -5,7 +5,7 @@ The options and the work are the library's (blocklab.probes.runner): a sweep's [
 
 from __future__ import annotations
 
-from blocklab.probes.runner import add_arguments, run
+from blocklab.probes.runner import add_arguments, run  # torch-free: run imports torch and the probes
 
 
 def add_parser(sub) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from blocklab.training.config import describe_options, describe_recipes, load_config
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -20,10 +18,7 @@ def add_parser(sub) -> None:
         "trade compute for memory (README: Scaling out). A block's paper recipe (listed below) fills "
         "in the settings that neither the file nor an override sets; the training log and "
         'summary.json ("recipe") say which values it applied.',
-        epilog="options (--SECTION.KEY VALUE, or --SECTION.KEY=VALUE):\n"
-        + describe_options()
-        + "\n\nblock recipes (the paper's settings; the learning rate is always yours):\n"
-        + describe_recipes(),
+        epilog=_epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", nargs="?", help="TOML config file (optional)")
@@ -35,14 +30,32 @@ def add_parser(sub) -> None:
         help="continue the run in --out from its last checkpoint (its saved config, plus overrides)",
     )
     mode.add_argument("--overwrite", action="store_true", help="replace the run in --out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (it is off anyway when not a terminal)")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress on stderr (a bar on a terminal, a plain line every 30 s elsewhere)",
+    )
     p.set_defaults(func=run, accepts_overrides=True)
+
+
+def _epilog() -> str:
+    """Every option and each block's equation and recipe: the blocks' own docstrings, so only for --help."""
+    from blocklab.training.config import describe_options, describe_recipes
+
+    return (
+        "options (--SECTION.KEY VALUE, or --SECTION.KEY=VALUE):\n"
+        + describe_options()
+        + "\n\nblock recipes (the paper's settings; the learning rate is always yours):\n"
+        + describe_recipes()
+    )
 
 
 def run(args) -> int:
     from pathlib import Path
 
-    from blocklab.training.trainer import train  # keeps `blocklab --help` fast
+    from blocklab.cli import status
+    from blocklab.training.config import load_config
+    from blocklab.training.trainer import train
 
     saved = Path(args.out) / "config.toml"
     # Resuming starts from the run's own resolved config, so values derived from the first
@@ -52,7 +65,12 @@ def run(args) -> int:
     base = saved if from_saved else (args.config or None)
     cfg = load_config(base, args.overrides, recipe=not from_saved)
     summary = train(
-        cfg, args.out, resume=args.resume, overwrite=args.overwrite, progress=False if args.no_progress else None
+        cfg,
+        args.out,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        progress=False if args.no_progress else None,
+        log=status,
     )
     if summary.get("world_size", 1) == 1 or __import__("os").environ.get("RANK", "0") == "0":
         print(json.dumps({k: summary[k] for k in ("status", "step", "final_loss", "final_eval_loss", "tokens_per_s")}))

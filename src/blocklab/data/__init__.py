@@ -1,8 +1,8 @@
 """Data pipeline: corpora, byte-level BPE tokenizer, cache, clm / mlm batches (SPEC section 7)."""
 
-from blocklab.data.batches import IGNORE_INDEX, ClmBatches, MlmBatches, mask_tokens
-from blocklab.data.config import SPECIAL_TOKENS, ConfigError, DataConfig
-from blocklab.data.corpus import Corpus, prepare
+from __future__ import annotations
+
+import importlib
 
 __all__ = [
     "DataConfig",
@@ -15,3 +15,29 @@ __all__ = [
     "IGNORE_INDEX",
     "SPECIAL_TOKENS",
 ]
+
+# Imported on first use: the batches and the corpus bring torch, numpy and tokenizers, which reading a
+# DataConfig (the command line's --help, a config file) does not need.
+_LAZY = {
+    "DataConfig": "blocklab.data.config",
+    "ConfigError": "blocklab.data.config",
+    "SPECIAL_TOKENS": "blocklab.data.config",
+    "Corpus": "blocklab.data.corpus",
+    "prepare": "blocklab.data.corpus",
+    "ClmBatches": "blocklab.data.batches",
+    "MlmBatches": "blocklab.data.batches",
+    "mask_tokens": "blocklab.data.batches",
+    "IGNORE_INDEX": "blocklab.data.batches",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'blocklab.data' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

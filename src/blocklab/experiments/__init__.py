@@ -1,7 +1,22 @@
 """Experiments: sweeps over blocks, learning rates, warm-ups and seeds, and the built-in presets."""
 
-from blocklab.experiments.presets import PRESETS
-from blocklab.experiments.runner import run_probes, run_sweep
-from blocklab.experiments.sweep import RunSpec, Sweep, build_sweep, load_sweep
+import importlib
 
 __all__ = ["PRESETS", "RunSpec", "Sweep", "build_sweep", "load_sweep", "run_probes", "run_sweep"]
+
+# Imported on first use: the runner brings torch, which listing the presets (the command line) does not need.
+_LAZY = {
+    "PRESETS": "presets",
+    "run_probes": "runner",
+    "run_sweep": "runner",
+    "RunSpec": "sweep",
+    "Sweep": "sweep",
+    "build_sweep": "sweep",
+    "load_sweep": "sweep",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

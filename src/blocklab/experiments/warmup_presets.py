@@ -10,7 +10,7 @@ learning rate per block as a heat map, and stalled runs (loss at the unigram ent
 
 from __future__ import annotations
 
-from blocklab.blocks import BLOCKS as _PUBLIC
+from blocklab.registry import PUBLIC_BLOCKS as _PUBLIC
 
 BLOCKS = list(_PUBLIC)  # every public block of SPEC sections 2 and 2b
 

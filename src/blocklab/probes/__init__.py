@@ -8,11 +8,7 @@
 - `plot_all(result, out_dir)` and `plot_*`: the PNG figures.
 """
 
-from blocklab.probes.gains import gain_values, plot_gains
-from blocklab.probes.init_probes import format_table, random_batches, run_init_probes, write_json
-from blocklab.probes.measure import cosine_similarities, hidden_sq_norms, probe_batch, probe_model
-from blocklab.probes.plots import FIGURES, plot_all, plot_cosine, plot_grad_norms, plot_hidden_norms, plot_last_ffn_grad
-from blocklab.probes.predictions import layernorm_jacobian_norm, lemma2_bounds
+import importlib
 
 __all__ = [
     "gain_values",
@@ -34,3 +30,31 @@ __all__ = [
     "layernorm_jacobian_norm",
     "lemma2_bounds",
 ]
+
+# Imported on first use: the probes bring torch and matplotlib, which `blocklab probe --help` does not need.
+_LAZY = {
+    "gain_values": "gains",
+    "plot_gains": "gains",
+    "format_table": "init_probes",
+    "random_batches": "init_probes",
+    "run_init_probes": "init_probes",
+    "write_json": "init_probes",
+    "cosine_similarities": "measure",
+    "hidden_sq_norms": "measure",
+    "probe_batch": "measure",
+    "probe_model": "measure",
+    "FIGURES": "plots",
+    "plot_all": "plots",
+    "plot_cosine": "plots",
+    "plot_grad_norms": "plots",
+    "plot_hidden_norms": "plots",
+    "plot_last_ffn_grad": "plots",
+    "layernorm_jacobian_norm": "predictions",
+    "lemma2_bounds": "predictions",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

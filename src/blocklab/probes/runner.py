@@ -12,15 +12,13 @@ import argparse
 import os
 import sys
 
-import torch
-
-from blocklab.blocks import BLOCKS, REGISTRY
 from blocklab.config import NORMS, ModelConfig
 from blocklab.errors import UserError
-from blocklab.probes.init_probes import format_table, random_batches, run_init_probes
-from blocklab.probes.plots import plot_all
+from blocklab.registry import PUBLIC_BLOCKS, REGISTRY
 from blocklab.tokens import MASK_ID, PAD_ID
 
+# torch and the probes themselves are imported where they run: the options and their errors answer at once.
+BLOCKS = tuple(PUBLIC_BLOCKS)
 DEFAULT_BLOCKS = "post-ln,pre-ln,sas,sas-p"
 DEFAULT_DEPTHS = "2,4,8,16,32"
 
@@ -131,6 +129,10 @@ def _positive(name: str, value: int) -> None:
 
 def make_batches(args, log):
     """(batches, vocab_size, description) for `--data`; any failure is a UserError, never a silent fallback."""
+    import torch
+
+    from blocklab.probes.init_probes import random_batches
+
     if args.data == "random":
         if args.task == "clm":
             return random_batches(args.vocab_size, args.seq_len, args.batch_size), args.vocab_size, {"data": "random"}
@@ -173,6 +175,11 @@ def make_batches(args, log):
 
 def run(args) -> int:
     """`blocklab probe` on parsed options: 0 once probes.json, the figures and the table are written."""
+    import torch
+
+    from blocklab.probes.init_probes import format_table, run_init_probes
+    from blocklab.probes.plots import plot_all
+
     blocks = parse_blocks(args.blocks)
     depths = parse_depths(args.depths)
     for name in ("seeds", "batches", "d_model", "n_heads", "d_ff", "vocab_size", "seq_len", "batch_size"):

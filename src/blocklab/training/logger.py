@@ -1,9 +1,11 @@
-"""Where a run's numbers go: metrics.jsonl, TensorBoard, and a progress bar on a terminal."""
+"""Where a run's numbers go: metrics.jsonl, TensorBoard, and progress on stderr (a bar on a terminal, plain
+periodic lines otherwise)."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from tqdm import tqdm
@@ -49,8 +51,7 @@ class MetricsLogger:
         from torch.utils.tensorboard import SummaryWriter  # slow import: only on the writing rank
 
         self.tb = SummaryWriter(str(out / "tb"), purge_step=start + 1 if start else None)
-        show = sys.stderr.isatty() if progress is None else progress
-        self.bar = tqdm(total=total, initial=start, disable=not show, unit="step", dynamic_ncols=True)
+        self.bar = progress_bar(total, start, progress)
 
     def train_row(self, step: int, loss: float, lr: float, state: dict, tokens: int, model) -> dict:
         seconds = max(state["train_seconds"] - self.last_train_seconds, 1e-9)
@@ -86,3 +87,48 @@ class MetricsLogger:
             self.bar.close()
             self.tb.close()
             self.file.close()
+
+
+def progress_bar(total: int, start: int, progress: bool | None):
+    """The run's progress on stderr: a tqdm bar on a terminal; elsewhere (a log file, CI, a notebook) plain
+    lines, since a bar's carriage returns make one unreadable line there; with progress False, nothing."""
+    if progress is None and not sys.stderr.isatty():
+        return PlainProgress(total, start)
+    return tqdm(
+        total=total,
+        initial=start,
+        disable=not progress and progress is not None,
+        unit="step",
+        dynamic_ncols=True,
+        file=sys.stderr,
+    )
+
+
+class PlainProgress:
+    """The progress bar's interface as one plain stderr line every `interval` seconds (and at the first and
+    the last step): 'step 40/200 (20%) loss=4.123 lr=3.00e-04 tok_s=1234 12s'."""
+
+    def __init__(self, total: int, start: int, interval: float = 30.0, file=None):
+        self.total, self.n, self.interval = total, start, interval
+        self.file = file if file is not None else sys.stderr
+        self.postfix: dict = {}
+        self.t0 = time.monotonic()
+        self.last: float | None = None
+
+    def set_postfix(self, refresh: bool = True, **values) -> None:
+        self.postfix = values
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if self.last is None or now - self.last >= self.interval or self.n >= self.total:
+            self.last = now
+            self._line(now)
+
+    def _line(self, now: float) -> None:
+        values = " ".join(f"{k}={v}" for k, v in self.postfix.items())
+        pct = 100 * self.n / max(self.total, 1)
+        print(f"step {self.n}/{self.total} ({pct:.0f}%) {values} {now - self.t0:.0f}s", file=self.file, flush=True)
+
+    def close(self) -> None:
+        pass
