@@ -45,6 +45,23 @@ def mean_sd(xs) -> tuple[float, float | None]:
     return m, math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (n - 1))
 
 
+def paired_se(a, b, weights=None) -> float | None:
+    """Standard error of mean(a) - mean(b) when both are (weighted) means over the same items, paired item by
+    item: what noise the choice of items adds to a difference, which the spread of each side alone overstates
+    when the items differ more from each other than the two sides do. Items are the sampling unit; weights
+    (e.g. tokens per item) give the weighted means. None with fewer than two items or unequal lengths."""
+    n = len(a)
+    if n < 2 or len(b) != n:
+        return None
+    w = [1.0] * n if weights is None else [float(x) for x in weights]
+    total = math.fsum(w)
+    if len(w) != n or total <= 0:
+        return None
+    d = [x - y for x, y in zip(a, b)]
+    mean = math.fsum(wi * di for wi, di in zip(w, d)) / total
+    return math.sqrt(n / (n - 1) * math.fsum((wi / total) ** 2 * (di - mean) ** 2 for wi, di in zip(w, d)))
+
+
 def t_interval(xs, level: float = 0.95) -> list[float] | None:
     """Student-t interval of the mean of `xs` (SPEC 10: a group's `ci95` over its final seeds).
 

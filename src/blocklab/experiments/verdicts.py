@@ -159,6 +159,32 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _paired_eval_noise(out: Path, finals_by_group: dict, reference: str) -> dict:
+    """{group: the median over seeds of the standard error of (group's eval loss - reference's) over their shared
+    eval batches}: the eval set's own noise in a comparison. Every run of a sweep sees the same eval batches, so
+    the spread between batches (files of different difficulty) is common to both sides and cancels; the
+    unpaired per-run standard error overstates it. Groups whose runs predate per-batch losses are left out."""
+
+    def batches(run: RunSpec):
+        b = (read_summary(out, run.name) or {}).get("final_eval_batches")
+        return (b["loss"], b["tokens"]) if isinstance(b, dict) and b.get("loss") else None
+
+    refs = {r.seed: batches(r) for r in finals_by_group.get(reference, [])}
+    noise = {}
+    for name, runs in finals_by_group.items():
+        if name == reference:
+            continue
+        ses = []
+        for r in runs:
+            mine, theirs = batches(r), refs.get(r.seed)
+            if mine and theirs and mine[1] == theirs[1]:  # the same batches, token for token
+                ses.append(stats.paired_se(mine[0], theirs[0], mine[1]))
+        value = _median(ses)
+        if value is not None:
+            noise[name] = value
+    return noise
+
+
 def _reference(sweep: Sweep, exp, groups: list[GroupSpec]) -> str:
     target = (sweep.experiments or {}).get(exp, {}).get("target_run") if exp else sweep.target_run
     return target or groups[0].name
@@ -195,6 +221,12 @@ def _experiment(sweep: Sweep, out: Path, exp, finals) -> dict:
     }
     finals_by_group = {g.name: _finals(g, largest, finals) for g in groups}
     result["secondary"] = secondary_metrics(sweep, out, finals_by_group, lambda r: read_summary(out, r.name))
+    paired = _paired_eval_noise(out, finals_by_group, reference)
+    for name, se in paired.items():
+        entries[name]["eval_se_paired"] = se
+    if paired:
+        result["eval_noise"] = _median(list(paired.values()))
+    result["eval_noise_paired"] = bool(paired)
     if len(sizes) > 1:
         result["frontier"] = _frontier(sweep, out, groups, finals, cap, tolerance, reference)
     return result

@@ -210,10 +210,14 @@ def numbers_note(exp: dict, d: int, m: int) -> str:
             if finite(floor) and noise > 0
             else ""
         )
-        parts.append(
-            f"Eval noise: {noise:.2g}, the median standard error of one run's final eval loss over its "
-            f"eval batches{rel}."
+        what = (
+            "the median standard error of a difference between a group's final eval loss and the reference's "
+            "over the eval batches both saw (paired, seed by seed)"
+            if exp.get("eval_noise_paired")
+            else "the median standard error of one run's final eval loss over its eval batches (unpaired: the "
+            "runs predate per-batch eval losses, so the spread between batches, common to every run, counts too)"
         )
+        parts.append(f"Eval noise: {noise:.2g}, {what}{rel}.")
     else:
         parts.append("Eval noise: not recorded.")
     reused = exp.get("tuning_runs_reused")
