@@ -8,7 +8,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 TORCH ?= torch==2.13.0
 DEMO_OUT ?= demo
 
-.PHONY: install test demo bench clean
+.PHONY: install test test-fast demo bench clean
 
 install: $(STAMP)
 
@@ -24,13 +24,22 @@ $(DEV_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(DEV_STAMP)
 
+# Test processes (pytest-xdist). Whole files go to one worker (--dist loadfile), so that a module's
+# shared runs (tests/training/test_fsdp.py's torchrun runs) are made once, not once per worker.
+TEST_JOBS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
+
 # ruff: format and lint (pyproject.toml's [tool.ruff]); lint-imports: the import contracts of
 # [tool.importlinter] (the package's layers); then every test.
 test: $(DEV_STAMP)
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest
+	$(PYTEST)
+
+# The unit tests alone (no process starts, no long training, no large interpreted kernels): under a minute.
+test-fast: $(DEV_STAMP)
+	$(PYTEST) -m "not slow"
 
 demo: install
 	$(VENV)/bin/blocklab compare --preset quick --out $(DEMO_OUT)

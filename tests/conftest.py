@@ -4,7 +4,16 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-import torch
+
+# One thread per process, set before torch is imported so that subprocesses (the CLI runs, torchrun's
+# workers) inherit it: the models here are tiny and gain nothing from threads, while idle OpenMP
+# threads that spin on a shared 2-core machine made one 20-step run 30x slower (98 vs 3400 tokens/s).
+# A test about thread counts sets its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # Without a GPU the fused shaped-attention kernel runs through Triton's interpreter. The variable
 # is read when a kernel is defined, so it must be set before any test module imports blocklab.
@@ -58,3 +67,22 @@ def overrides(corpus_dir):
             "lr": 3e-3,
         },
     }
+
+
+# Integration tests in files this list marks rather than the files themselves (their marks can move
+# into them): whole files of CLI processes, and single tests that train for seconds.
+SLOW_ELSEWHERE = (
+    "tests/cli/test_startup.py",
+    "tests/cli/test_output_streams.py",
+    "tests/cli/test_translate.py",
+    "tests/cli/test_generate",
+    "tests/cli/test_finetune",
+    "tests/training/test_finetune.py::test_evaluation_runs_at_the_run_precision",
+    "tests/training/test_trainer.py::test_bf16_autocast_and_tasks_train",
+)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.nodeid.startswith(SLOW_ELSEWHERE):
+            item.add_marker(pytest.mark.slow)

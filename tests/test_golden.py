@@ -484,6 +484,7 @@ def test_training_losses_match_golden(name, golden, data, exact, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_probe_matches_golden(golden, data, tmp_path):
     assert golden["probe"]["args"] == PROBE_ARGS, "the probe's arguments differ from the golden ones"
     new = probe_values(data, tmp_path / "probe")

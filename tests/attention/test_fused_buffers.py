@@ -12,12 +12,16 @@ import torch
 
 from blocklab.attention import fused
 from blocklab.attention.fused import fused_shaped_attention, unavailable_reason
+from tests.attention.fused_cases import slow_on_cpu
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(
-    unavailable_reason(torch.device(DEVICE)) is not None,
-    reason="the fused kernel needs CUDA or TRITON_INTERPRET=1 with triton installed",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        unavailable_reason(torch.device(DEVICE)) is not None,
+        reason="the fused kernel needs CUDA or TRITON_INTERPRET=1 with triton installed",
+    ),
+    slow_on_cpu,
+]
 
 
 def _grads(causal, mask):

@@ -15,6 +15,7 @@ from blocklab.attention.fused import triton
 from tests.attention.fused_cases import (
     randn,
     rel_err,
+    slow_on_cpu,
 )
 from tests.helpers import randomize, small_cfg
 
@@ -40,8 +41,15 @@ def _lm_batch(task, device):
     return ids.to(device), labels.to(device), (mask.to(device) if mask is not None else None)
 
 
-@pytest.mark.parametrize("qk_norm", [False, True])
-@pytest.mark.parametrize("block", SHAPED_BLOCKS)
+# QK-norm is applied in ShapedAttention before any path is chosen, the same for every block: one
+# block with it covers the fused path's share (each case interprets a 3-block model, ~5 s on a CPU).
+BLOCK_QK_NORM = [pytest.param(b, False, id=f"{b}-False") for b in SHAPED_BLOCKS] + [
+    pytest.param("sas-p", True, id="sas-p-True")
+]
+
+
+@slow_on_cpu
+@pytest.mark.parametrize("block,qk_norm", BLOCK_QK_NORM)
 @pytest.mark.parametrize("task", ["clm", "mlm"])
 def test_models_fused_equal_float64_materialized(device, block, task, qk_norm):
     """Whole models on random (not init) parameters: logits, loss and every parameter gradient of the
@@ -66,6 +74,7 @@ def test_models_fused_equal_float64_materialized(device, block, task, qk_norm):
     assert all(e <= tol for e in errors.values()), {n: e for n, e in errors.items() if not e <= tol}
 
 
+@slow_on_cpu
 @pytest.mark.parametrize("block", ["sas-p", "sas-p-nonorm", "v-skipinit"])
 def test_autocast_dtypes_equal_the_sdpa_path(device, block, monkeypatch):
     """Under bf16 autocast the shaped attention's output (before the heads are merged), every hidden
@@ -85,6 +94,7 @@ def test_autocast_dtypes_equal_the_sdpa_path(device, block, monkeypatch):
     assert seen["fused"] == seen["sdpa"]
 
 
+@slow_on_cpu
 @pytest.mark.parametrize("task", ["clm", "mlm"])
 def test_compiled_block_equals_eager(device, task):
     """torch.compile(fullgraph=True) traces a whole sas-p block around the kernel with no graph break,
@@ -129,6 +139,7 @@ def test_fused_on_cpu_without_the_interpreter_is_one_clear_error(monkeypatch):
         model(torch.zeros(1, 8, dtype=torch.long))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(triton is None, reason="needs the triton package")
 def test_kernels_lower_to_h100_binaries():
     """The interpreter never lowers the kernels: build them for sm_90 with triton's bundled ptxas."""

@@ -57,9 +57,13 @@ def test_sdpa_path_never_builds_a_T_by_T_tensor(monkeypatch):
 
     monkeypatch.setattr(mod, "attention_matrix", boom)
     monkeypatch.setattr(mod, "centring_matrix", boom)
+    paths, real = [], mod.softmax_attention
+    monkeypatch.setattr(mod, "softmax_attention", lambda *a: (paths.append(a[-1]), real(*a))[1])
     for block in ("sas", "sas-p", "shaped-vp", "v-skipinit"):
+        paths.clear()
         model = build_model(small_cfg(block))
         model(torch.randint(0, 97, (1, 16))).logits.sum().backward()
+        assert paths == ["sdpa"] * model.cfg.n_layers, (block, paths)  # every block's attention ran, on sdpa
 
 
 def test_cpu_bf16_autocast_runs_the_flash_kernel_in_fp32(monkeypatch):

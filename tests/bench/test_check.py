@@ -101,6 +101,7 @@ def test_fused_is_unavailable_with_its_reason_without_the_interpreter(monkeypatc
     torch.cuda.is_available() or check.PATHS["fused"].unavailable(torch.device("cpu")) is not None,
     reason="the fused kernel through Triton's interpreter (CPU, TRITON_INTERPRET=1, triton installed)",
 )
+@pytest.mark.slow
 def test_fused_under_the_interpreter_is_checked_at_small_T_and_not_timed():
     result = tiny(["fused", "sdpa"], check_T=(17, 300))
     fused = result["paths"]["fused"]

@@ -54,6 +54,7 @@ def fake_memory(monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_cli_runs_a_tiny_shape_end_to_end_and_writes_json(tmp_path, capsys, fake_memory):
     out = tmp_path / "bench.json"
     assert (
@@ -96,6 +97,7 @@ def test_cli_runs_a_tiny_shape_end_to_end_and_writes_json(tmp_path, capsys, fake
     assert result["config"]["command"].startswith("blocklab bench --blocks pre-ln,sas,sas-p")
 
 
+@pytest.mark.slow
 def test_extra_variants_are_compared_with_their_fp32_eager_baseline(capsys, fake_memory):
     assert (
         run(

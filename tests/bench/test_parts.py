@@ -18,6 +18,7 @@ def test_summary_statistics():
     assert summarize([2.0])["iqr_s"] == 0.0
 
 
+@pytest.mark.slow
 def test_variants_are_interleaved_with_rotating_order():
     calls = []
     steps = {n: (lambda n=n: calls.append(n)) for n in "abc"}
@@ -57,12 +58,14 @@ def test_ratios_against_the_reference_and_against_fp32_eager():
     assert "vs_reference" not in rows[0] and "vs_fp32_eager" not in rows[1]
 
 
+@pytest.mark.slow
 def test_memory_worker_measures_a_training_step_in_a_fresh_process():
     res = memory.run_worker(TINY, Variant("sas-p"), "cpu", warmup=1, measure=1)
     assert "error" not in res, res
     assert res["peak_bytes"] > 0 and "RSS" in res["method"] and res["params"] > 0
 
 
+@pytest.mark.slow
 def test_memory_scaling_skips_what_would_not_fit(monkeypatch):
     monkeypatch.setattr(memory, "available_memory", lambda device: 1)  # nothing fits beyond the first T
     res = memory.memory_scaling(TINY, ["sas-p"], ["materialized"], [32, 16, 64], "cpu")

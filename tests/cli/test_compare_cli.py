@@ -187,14 +187,15 @@ def test_sigterm_to_compare_stops_every_parallel_run_and_the_same_command_resume
     import time
 
     spec = tmp_path / "sweep.toml"
-    write_sweep(spec, overrides, steps=400, values=(1e-3,), seeds=(0,))
+    # The signal goes as soon as both workers have logged a step: 100 steps (about 4 s of one core
+    # each) leave them mid-run.
+    write_sweep(spec, overrides, steps=100, values=(1e-3,), seeds=(0,))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "blocklab", "compare", str(spec), "--out", str(out), "--jobs", "2", "--no-report"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(out.glob("runs/*/metrics.jsonl"))) < 2:
-        time.sleep(0.5)
-    time.sleep(2)
+    while time.time() < deadline and sum(p.stat().st_size > 0 for p in out.glob("runs/*/metrics.jsonl")) < 2:
+        time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)  # to compare alone, as `kill PID` sends it
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

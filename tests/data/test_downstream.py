@@ -4,6 +4,8 @@ import hashlib
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 from blocklab.data import DataConfig
 from blocklab.data.downstream import code_pool, is_val, load_labelled, pretraining_digests
 from blocklab.data.sources import open_stream
@@ -13,6 +15,7 @@ def _digest(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
+@pytest.mark.slow
 def test_no_file_is_in_both_the_pre_training_split_and_the_task_pool(corpus_dir):
     pretrain = DataConfig(source=str(corpus_dir), val_fraction=0.2)
     trained = {_digest(d.text) for d in open_stream(pretrain, log=lambda *a: None).docs("train")}
@@ -26,6 +29,7 @@ def test_no_file_is_in_both_the_pre_training_split_and_the_task_pool(corpus_dir)
     assert len(pool) > 100 and not trained & {_digest(d.text) for d in pool}
 
 
+@pytest.mark.slow
 def test_pre_training_on_stdlib_leaves_its_validation_files_in_the_pool():
     pretrain = DataConfig(source="stdlib", val_fraction=0.02)
     stream = open_stream(pretrain, log=lambda *a: None)
@@ -35,6 +39,7 @@ def test_pre_training_on_stdlib_leaves_its_validation_files_in_the_pool():
     assert not pool & train and (val - train) <= pool
 
 
+@pytest.mark.slow
 def test_the_pool_and_the_task_split_are_fixed(tmp_path):
     a = code_pool(None, 0.3, lambda *a: None)
     assert [d.name for d in a] == [d.name for d in code_pool(None, 0.3, lambda *a: None)]

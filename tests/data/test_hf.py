@@ -52,6 +52,7 @@ def _cfg(tmp_path, source, **kw):
     )
 
 
+@pytest.mark.slow
 def test_save_to_disk_parquet_and_jsonl_give_the_same_corpus(local_sets, rows):
     tmp = local_sets
     got = {name: prepare(_cfg(tmp, f"hf:{tmp / name}"), **QUIET) for name in ("saved", "code.parquet", "code.jsonl")}
@@ -151,6 +152,7 @@ def test_bad_hf_input_is_one_line_user_error(local_sets, case):
     assert not cache.exists() or not [p for p in cache.iterdir() if p.name.startswith(("corpus-", ".tmp-"))]
 
 
+@pytest.mark.slow
 def test_hub_name_reads_the_revision_the_hub_reports_and_streams(tmp_path, rows, monkeypatch):
     """The hub path with the network replaced: the hub's commit keys the cache and is the
     revision `datasets` loads; a streamed set (unknown length) splits by the plain rule."""

@@ -82,6 +82,7 @@ def _spec(corpus_dir, toy_task, steps=None):
     }
 
 
+@pytest.mark.slow
 def test_a_sweep_fine_tunes_its_runs_and_reports_the_table(tmp_path, corpus_dir, toy_task):
     sweep = build_sweep(_spec(corpus_dir, toy_task))
     assert run_sweep(sweep, tmp_path, progress=False, log=lambda *a: None)["status"] == "completed"
@@ -102,6 +103,7 @@ def test_a_sweep_fine_tunes_its_runs_and_reports_the_table(tmp_path, corpus_dir,
     assert sum("earlier, kept" in line for line in logs) == 2 * 2 + 2
 
 
+@pytest.mark.slow
 def test_checkpoints_along_pre_training_give_the_score_curve(tmp_path, corpus_dir, toy_task):
     sweep = build_sweep(_spec(corpus_dir, toy_task, steps=[5, 10]))
     run_sweep(sweep, tmp_path, progress=False, log=lambda *a: None)
@@ -111,6 +113,7 @@ def test_checkpoints_along_pre_training_give_the_score_curve(tmp_path, corpus_di
     assert figure.path.is_file() and "reaches" in figure.caption
 
 
+@pytest.mark.slow
 def test_a_run_that_diverged_in_pre_training_is_skipped_and_marked(tmp_path, corpus_dir, toy_task):
     spec = _spec(corpus_dir, toy_task)
     del spec["grid"]

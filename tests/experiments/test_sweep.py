@@ -163,6 +163,7 @@ def test_sweep_dir_must_match(tmp_path, overrides):
         run_sweep(other, tmp_path / "sw", progress=False, log=lambda *a: None)
 
 
+@pytest.mark.slow
 def test_sweep_probes_run_through_the_library_and_fail_in_one_line(tmp_path):
     from blocklab.experiments import run_probes
 

@@ -43,7 +43,7 @@ def squared_norms(block, L, seed=0, lemma=True):
     return [h.pow(2).sum(-1).mean().item() for h in hs]
 
 
-def last_ffn_grad(block, L, seeds=4):
+def last_ffn_grad(block, L, seeds=2):
     total = 0.0
     for s in range(seeds):
         torch.manual_seed(s)
@@ -74,9 +74,11 @@ def test_post_ln_hidden_norm_is_flat(lemma):
     assert all(abs(x / D - 1) < 0.05 for x in n)
 
 
+@pytest.mark.slow
 def test_last_ffn_gradient_constant_for_post_ln_shrinking_for_pre_ln():
     post = [last_ffn_grad("post-ln", L) for L in (4, 8, 16)]
     pre = [last_ffn_grad("pre-ln", L) for L in (4, 8, 16)]
+    # measured (2 seeds; 4 give the same to 1%): post-LN's spread 1.13, pre[2] / pre[0] = 0.22
     assert max(post) / min(post) < 1.5
     assert pre[0] > pre[1] > pre[2]
     # Theorem 1 bounds Pre-LN's gradient by O(sqrt(1/L)): a 4x deeper model at most halves it.

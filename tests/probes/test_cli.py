@@ -38,6 +38,7 @@ def parse(*argv):
     return parser.parse_args(["probe", *argv])
 
 
+@pytest.mark.slow
 def test_writes_probes_json_and_figures(tmp_path, capsys):
     out = tmp_path / "p"
     assert probe.run(parse("--out", str(out), "--blocks", "post-ln,sas-p", "--depths", "2,1", *TINY)) == 0
@@ -59,6 +60,7 @@ def test_writes_probes_json_and_figures(tmp_path, capsys):
     assert json.loads((out / "probes.json").read_text())["settings"]["blocks"] == ["pre-ln"]
 
 
+@pytest.mark.slow
 def test_mlm_with_random_data(tmp_path):
     out = tmp_path / "m"
     assert (

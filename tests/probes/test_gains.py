@@ -99,6 +99,7 @@ def test_parse_key_round_trip():
     assert parse_key("loss") is None
 
 
+@pytest.mark.slow
 def test_plot_gains(tmp_path):
     model = build_model(cfg("shaped-vp"))
     records = []

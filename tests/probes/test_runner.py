@@ -42,6 +42,7 @@ def test_options_have_the_commands_defaults():
     )
 
 
+@pytest.mark.slow
 def test_run_options_writes_probes_json(tmp_path, capsys):
     out = tmp_path / "p"
     assert run_options(["--out", str(out), "--blocks", "pre-ln", "--depths", "1", "--task", "mlm", *TINY]) == 0

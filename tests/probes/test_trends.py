@@ -38,6 +38,7 @@ def hidden(result, block, L):
     return result["results"][block][str(L)]["hidden_sq_norm"]["mean"]
 
 
+@pytest.mark.slow
 def test_pre_ln_grows_linearly_within_lemma_2_and_post_ln_is_flat(result):
     r, _ = result
     pre = hidden(r, "pre-ln", 16)

@@ -1,5 +1,6 @@
 """DeepNet's model update probe: the logits' change after one first Adam step, against depth."""
 
+import pytest
 import torch
 
 from blocklab import ModelConfig, build_model
@@ -40,6 +41,7 @@ def test_probe_batch_reports_the_update_and_rezero_barely_moves():
     assert moved > 10 * still > 0  # ReZero's blocks are the identity: only embeddings and a move
 
 
+@pytest.mark.slow
 def test_deepnorm_carries_the_bounded_reference_and_grows_slower_than_post_ln(tmp_path):
     # d=64, 2 to 32 layers: slopes 0.50 (Post-LN) and 0.21 (DeepNorm) measured with `blocklab probe`
     result = run_init_probes(

@@ -61,6 +61,7 @@ def full_sweep(tmp_path_factory, real_run, real_probes):
     return generate_report(root)
 
 
+@pytest.mark.slow
 def test_real_run_row_follows_the_trainer(full_sweep, real_run):
     summary = json.loads((real_run / "summary.json").read_text())
     row = next(r for r in full_sweep.rows if r["run"] == "runs/sas-p-real")
@@ -79,6 +80,7 @@ def test_real_run_row_follows_the_trainer(full_sweep, real_run):
     assert "figures/gains_sas-p-real.png" in md and "grad fc2_L" in md  # the probes' own summary table
 
 
+@pytest.mark.slow
 def test_report_in_headless_chromium(full_sweep, chromium, tmp_path):
     browser = require(chromium)
     page = full_sweep.html_path.read_text()

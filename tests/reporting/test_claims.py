@@ -2,10 +2,13 @@
 
 import json
 
+import pytest
+
 from blocklab.reporting import load_runs
 from blocklab.reporting.claims import gains_sentence, probe_sentences
 
 
+@pytest.mark.slow
 def test_probe_sentences_quote_probes_json(real_probes):
     result = json.loads((real_probes / "probes.json").read_text())
     s = probe_sentences(result)
@@ -30,6 +33,7 @@ def test_gain_sentence_quotes_the_first_and_last_logged_gains(real_run):
     assert f"beta_ff {mean(rows[0]):.2f} -> {mean(rows[-1]):.2f}" in s
 
 
+@pytest.mark.slow
 def test_report_captions_carry_the_sentences(tmp_path, real_run, real_probes):
     import shutil
 

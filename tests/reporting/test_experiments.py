@@ -11,12 +11,16 @@ from blocklab.reporting import figures as F
 from blocklab.reporting import generate_report
 from tests.reporting.fakes import make_experiment_sweep, make_fake_sweep, write_run
 
+# Each builds a sweep and renders whole reports with their figures: the reporting pipeline's integration.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     return generate_report(make_experiment_sweep(tmp_path_factory.mktemp("exp") / "sweep"))
 
 
+@pytest.mark.slow
 def test_one_part_per_experiment_with_its_own_target(report):
     assert report.experiments and [p.id for p in report.parts] == ["he", "xiong"]
     he, xiong = report.parts
@@ -52,6 +56,7 @@ def test_two_sections_with_two_loss_figures_each(report):
     assert '<h3 id="training-loss-xiong">' in page and page.count("<img ") == 3 * 2 + 2  # + gains of sas, sas-p
 
 
+@pytest.mark.slow
 def test_each_loss_figure_draws_its_own_target(tmp_path, monkeypatch):
     drawn = {}
     original = F.plot_train_loss
@@ -95,6 +100,7 @@ def test_shared_settings_once_and_only_differences_in_the_tables(report):
     assert "- **train**: lr=0.003, warmup_steps=10" in md
 
 
+@pytest.mark.slow
 def test_a_sweep_without_experiments_renders_as_before(tmp_path):
     report = generate_report(make_fake_sweep(tmp_path / "sweep"))
     assert not report.experiments and [p.id for p in report.parts] == [""]
@@ -112,6 +118,7 @@ def test_a_sweep_without_experiments_renders_as_before(tmp_path):
     assert "- **most runs**: lr=0.001 (the settings column" in md
 
 
+@pytest.mark.slow
 def test_runs_outside_every_experiment_get_their_own_part(tmp_path):
     root = make_experiment_sweep(tmp_path / "sweep")
     write_run(root / "runs" / "extra", "parallel", 0.01, last_step=200)  # on disk, not in sweep.json
@@ -122,6 +129,7 @@ def test_runs_outside_every_experiment_get_their_own_part(tmp_path):
     assert (root / "figures" / "loss_vs_step__other.png").is_file()
 
 
+@pytest.mark.slow
 def test_unreadable_experiments_fall_back_to_one_part(tmp_path):
     root = make_experiment_sweep(tmp_path / "sweep")
     sweep = json.loads((root / "sweep.json").read_text())

@@ -3,6 +3,8 @@ legends and tables ordered by family, then block, the tables grouped by family."
 
 from pathlib import Path
 
+import pytest
+
 from blocklab.blocks import REGISTRY
 from blocklab.registry import FAMILIES
 from blocklab.reporting import generate_report
@@ -59,6 +61,7 @@ def test_family_order_sorts_by_family_then_registry_order_and_keeps_a_blocks_run
     assert names == expected
 
 
+@pytest.mark.slow
 def test_tables_group_rows_by_family(tmp_path):
     root = tmp_path / "sweep"
     for block in ("sas-p", "pre-ln", "sas", "post-ln"):

@@ -30,6 +30,7 @@ def made_up(name, block, warmup, steps=(1, 10, 20, 30), growth=2.0, stack="L"):
     )
 
 
+@pytest.mark.slow
 def test_the_figure_of_a_real_run(real_run, tmp_path):
     run = load_run(real_run, "sas-p-real")
     m = moments(run)

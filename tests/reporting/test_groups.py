@@ -10,6 +10,9 @@ from blocklab.reporting import generate_report
 from blocklab.reporting.groups import mean_sd
 from tests.reporting.fakes import write_run
 
+# Each builds a sweep and renders whole reports with their figures: the reporting pipeline's integration.
+pytestmark = pytest.mark.slow
+
 H = 6.0  # the fake training split's unigram entropy
 # (block, warm-up) -> final training loss of seed 0 and seed 1 at step 200 (eval: +0.1)
 FINAL = {("post-ln", 10): (4.0, 4.2), ("pre-ln", 0): (3.45, 3.35), ("pre-ln", 10): (3.5, 3.3)}
@@ -68,6 +71,7 @@ def test_mean_and_sample_sd():
     assert mean_sd([2.0]) == (2.0, None, 1) and mean_sd([None, float("nan")]) == (None, None, 0)
 
 
+@pytest.mark.slow
 def test_table_has_one_row_per_group_with_mean_and_spread(seeded):
     assert seeded.seeded and len(seeded.group_rows) == 8 and len(seeded.rows) == 16
     row = next(r for r in seeded.group_rows if r["group"] == "post-ln_lr0.001_wu10")

@@ -10,12 +10,16 @@ from blocklab.reporting import generate_report, write_report
 from blocklab.reporting.report import build_report
 from tests.reporting.fakes import make_fake_sweep, write_run
 
+# Each builds a sweep and renders whole reports with their figures: the reporting pipeline's integration.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     return generate_report(make_fake_sweep(tmp_path_factory.mktemp("fake") / "sweep"))
 
 
+@pytest.mark.slow
 def test_files_and_markdown(report):
     root = report.root
     assert report.html_path == root / "report.html" and report.md_path == root / "report.md"
@@ -67,6 +71,7 @@ def test_html_is_self_contained(report):
     assert page.count('<tr class="status-') == 4 and "diverged at step 95" in page
 
 
+@pytest.mark.slow
 def test_report_again_replaces_figures(report, tmp_path):
     root = make_fake_sweep(tmp_path / "s")
     (root / "figures").mkdir()
@@ -108,6 +113,7 @@ def test_write_report_raises_user_error(tmp_path):
         write_report(tmp_path / "missing")
 
 
+@pytest.mark.slow
 def test_runs_trained_side_by_side_are_not_called_speed_measurements(tmp_path):
     import json as _json
 

@@ -12,6 +12,9 @@ from blocklab.reporting import generate_report, load_runs
 from blocklab.reporting.parts import VERDICT_CAPTION
 from tests.reporting.fake_verdicts import REUSED, TUNING, make_tuned_sweep
 
+# Each builds a sweep and renders whole reports with their figures: the reporting pipeline's integration.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
@@ -30,6 +33,7 @@ def rows_by_group(report, exp):
     return {row[0]: dict(zip(table.columns, row)) for row in table.rows}, table
 
 
+@pytest.mark.slow
 def test_tuning_and_replaced_runs_are_not_report_runs(report):
     runs, _ = load_runs(report.root)
     names = [r.name for r in runs]
@@ -137,6 +141,7 @@ def test_claims_with_their_status_where_they_belong(report):
     assert md.index("- He & Hofmann 2023 — simplified") < md.index("## Xiong et al.") < md.index("\n## Claims\n")
 
 
+@pytest.mark.slow
 def test_loss_captions_leave_the_verdicts_to_the_table(report, tmp_path):
     captions = {f.path.name: f.caption for s in report.sections for f in s.figures}
     for name in ("loss_vs_step_he.png", "loss_vs_time_he.png", "eval_loss_xiong.png"):
@@ -153,6 +158,7 @@ def test_loss_captions_leave_the_verdicts_to_the_table(report, tmp_path):
     assert not (root / "figures" / "sensitivity_he.png").exists()
 
 
+@pytest.mark.slow
 def test_unreadable_verdicts_are_a_note(tmp_path):
     root = make_tuned_sweep(tmp_path / "sweep", with_verdicts=False)
     (root / "verdicts.json").write_text('{"sweep": "tuned", "experiments": {')  # half-written

@@ -7,8 +7,12 @@ from blocklab.training import distributed
 
 
 def test_ranks_within_the_gpu_count_are_accepted():
-    for rank in range(4):
-        distributed.check_gpus(rank, 4, 4)
+    """Every rank below the GPU count passes; the first one past it, and any rank on no GPU, does not."""
+    assert [distributed.check_gpus(rank, 4, 4) for rank in range(4)] == [None] * 4
+    assert distributed.check_gpus(0, 1, 1) is None
+    for args in ((4, 5, 4), (1, 2, 1), (0, 1, 0)):
+        with pytest.raises(UserError):
+            distributed.check_gpus(*args)
 
 
 def test_more_ranks_than_gpus_is_one_clear_line():

@@ -60,6 +60,7 @@ def test_translation_flops_count_decoder_self_and_cross_attention():
     assert attention == 12 * (cfg.n_layers + 2 * 2) * T * d
 
 
+@pytest.mark.slow
 def test_summary_reports_the_steady_rate_when_the_first_step_is_slow(tmp_path, overrides, monkeypatch):
     original = Trainer.train_step
     calls = []

@@ -135,10 +135,10 @@ def test_sacrebleu_is_the_measure():
 
 @pytest.mark.slow
 def test_a_tiny_model_learns_a_word_for_word_language(tmp_path):
-    cfg = config(tmp_path, steps=300, lr=3e-3, warmup_steps=30, eval_every=100, label_smoothing=0.0)
+    cfg = config(tmp_path, steps=150, lr=3e-3, warmup_steps=15, eval_every=50, label_smoothing=0.0)
     cfg.model.d_model, cfg.model.n_layers, cfg.model.d_ff, cfg.model.dropout = 64, 2, 128, 0.0
     summary = train(cfg, tmp_path / "run", progress=False, log=lambda *a: None)
     assert summary["status"] == "completed"
-    # measured: best BLEU 16.0, eval loss 0.79 nats against a unigram entropy of 2.73
+    # measured: best BLEU 19.9, eval loss 0.23 of the unigram entropy (300 steps: 31.0 and 0.25)
     assert summary["final_eval_loss"] < 0.5 * summary["unigram_entropy"], summary
     assert summary["best_bleu"] > 10, summary
