@@ -164,3 +164,16 @@ def test_a_full_disk_behind_standard_output_is_one_line(run_dir, tmp_path, capsy
         rc = main(["translate", "--run", str(run_dir), "--input", str(src), "--beam", "1"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "No space left on device" in err and "\n" not in err
+
+
+def test_empty_translations_of_sentences_are_said_on_stderr(run_dir, tmp_path, capsys, monkeypatch):
+    import blocklab.inference as inference
+
+    # A model that ends every sentence at once: its translations are empty lines.
+    monkeypatch.setattr(inference, "translate_lines", lambda loaded, lines, *a: ["" for _ in lines])
+    src = tmp_path / "in.txt"
+    src.write_text("Haus Baum\n\nAuto\n")
+    assert main(["translate", "--run", str(run_dir), "--input", str(src)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "\n\n\n"
+    assert "2 of 2 translations are empty" in captured.err and "more training" in captured.err

@@ -3,6 +3,8 @@ blocklab.inference's."""
 
 from __future__ import annotations
 
+import sys
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -47,9 +49,16 @@ def run(args) -> int:
 
     loaded = load_translation_run(args.run, args.device, args.step)  # a bad run fails before standard input is read
     lines = read_lines(args.input, "--input")
-    print_lines(
-        translate_lines(
-            loaded, lines, args.beam, args.length_penalty, args.max_new_tokens, args.batch_size, args.device
-        )
+    out = translate_lines(
+        loaded, lines, args.beam, args.length_penalty, args.max_new_tokens, args.batch_size, args.device
     )
+    print_lines(out)
+    empty = sum(1 for src, tgt in zip(lines, out) if src.strip() and not tgt.strip())
+    if empty:
+        # An undertrained model often ends every sentence at once: an empty line is its whole translation.
+        print(
+            f"blocklab translate: {empty} of {sum(1 for x in lines if x.strip())} translations are empty (the "
+            "model predicted the end of the sentence first): the run may need more training",
+            file=sys.stderr,
+        )
     return 0
