@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+from blocklab.lazy import lazy_exports
 
 __all__ = [
     "DataConfig",
@@ -30,14 +30,4 @@ _LAZY = {
     "IGNORE_INDEX": "blocklab.data.batches",
 }
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'blocklab.data' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,6 +1,6 @@
 """Experiments: sweeps over blocks, learning rates, warm-ups and seeds, and the built-in presets."""
 
-import importlib
+from blocklab.lazy import lazy_exports
 
 __all__ = ["PRESETS", "RunSpec", "Sweep", "build_sweep", "load_sweep", "run_probes", "run_sweep"]
 
@@ -15,8 +15,4 @@ _LAZY = {
     "load_sweep": "sweep",
 }
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -8,7 +8,7 @@
 - `plot_all(result, out_dir)` and `plot_*`: the PNG figures.
 """
 
-import importlib
+from blocklab.lazy import lazy_exports
 
 __all__ = [
     "gain_values",
@@ -53,8 +53,4 @@ _LAZY = {
     "lemma2_bounds": "predictions",
 }
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,6 +1,6 @@
 """Training: run configs, the loop, checkpoints, schedules, DDP and sampling."""
 
-import importlib
+from blocklab.lazy import lazy_exports
 
 __all__ = ["RunConfig", "TrainConfig", "load_config", "Trainer", "train"]
 
@@ -13,8 +13,4 @@ _LAZY = {
     "train": "trainer",
 }
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
