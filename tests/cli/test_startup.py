@@ -30,6 +30,8 @@ print("heavy:", ",".join(heavy) or "none", file=sys.stderr)
         ["train"],  # no --out: argparse's error
         ["train", "--out", "x", "--resume", "--overwrite"],
         ["generate", "--help"],
+        ["finetune", "--help"],
+        ["finetune", "--epochs", "x"],  # argparse's error
         ["compare", "--help"],
         ["bench", "--help"],
         ["check", "--help"],

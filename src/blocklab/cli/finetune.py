@@ -20,7 +20,7 @@ tasks (--task):
 
 
 def add_parser(sub) -> None:
-    from blocklab.training.finetune import EPOCHS, FINETUNE_TRAIN, WARMUP
+    from blocklab.training.finetune_recipe import EPOCHS, FINETUNE_TRAIN, WARMUP
 
     recipe = ", ".join(f"{k} {v}" for k, v in FINETUNE_TRAIN.items())
     p = sub.add_parser(

@@ -19,24 +19,10 @@ from blocklab.atomic import writable_dir, write_atomic
 from blocklab.errors import UserError
 from blocklab.training.checkpoint import checkpoint_steps, open_checkpoint
 from blocklab.training.config import RunConfig, config_differences, load_config
+from blocklab.training.finetune_recipe import EPOCHS, FINETUNE_TRAIN, WARMUP
 from blocklab.training.pretrained import pretraining_run
 from blocklab.training.tasks.classification import load_data
 from blocklab.training.trainer import RESUMABLE_CHANGES, prepare_run_dir, train
-
-FINETUNE_TRAIN = {
-    "optimizer": "adamw",
-    "lr": 1e-4,
-    "schedule": "linear",
-    "batch_size": 32,
-    "weight_decay": 0.01,
-    "beta1": 0.9,
-    "beta2": 0.999,
-    "grad_clip": 1.0,
-    "divergence_factor": 10.0,
-    "stall_patience": 0,
-}
-EPOCHS = 5
-WARMUP = 0.1
 
 
 def finetune_config(
