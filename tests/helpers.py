@@ -44,3 +44,14 @@ def assert_cached_decoding_matches(m, src, tgt, mask):
     cache = m.init_cache(memory)
     steps = [m.decode_step(tgt[:, t : t + 1], t, cache, padding_mask(mask)) for t in range(tgt.shape[1])]
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+# SPEC 10's fields of an experiment and of a group in verdicts.json (checked by the verdict and compare tests).
+SPEC_EXPERIMENT_FIELDS = frozenset(
+    "metric lower_is_better tuned reference tolerance cap tuning_runs_reused noise_floor min_detectable groups "
+    "comparisons frontier".split()
+)
+SPEC_GROUP_FIELDS = frozenset(
+    "label settings curve best best_at_edge stable trainable sensitivity seeds scores mean sd ci95 n_params "
+    "tokens_per_s".split()
+)

@@ -6,38 +6,7 @@ import pytest
 
 from blocklab.cli import main
 from blocklab.experiments import build_sweep, run_sweep
-
-SPEC_FIELDS = {
-    "metric",
-    "lower_is_better",
-    "tuned",
-    "reference",
-    "tolerance",
-    "cap",
-    "tuning_runs_reused",
-    "noise_floor",
-    "min_detectable",
-    "groups",
-    "comparisons",
-    "frontier",
-}
-GROUP_FIELDS = {
-    "label",
-    "settings",
-    "curve",
-    "best",
-    "best_at_edge",
-    "stable",
-    "trainable",
-    "sensitivity",
-    "seeds",
-    "scores",
-    "mean",
-    "sd",
-    "ci95",
-    "n_params",
-    "tokens_per_s",
-}
+from tests.helpers import SPEC_EXPERIMENT_FIELDS, SPEC_GROUP_FIELDS
 
 
 def toml_value(v) -> str:
@@ -79,8 +48,8 @@ def test_a_tiny_tuned_sweep_writes_verdicts_and_a_report_with_the_sensitivity_fi
     assert main(["compare", str(sweep), "--out", str(out), "--jobs", "1", "--no-progress"]) == 0
     v = json.loads((out / "verdicts.json").read_text())
     exp = v["experiments"]["tiny"]
-    assert SPEC_FIELDS <= set(exp) and set(exp["groups"]) == {"pre-ln", "sas-p"}
-    assert all(GROUP_FIELDS <= set(g) for g in exp["groups"].values())
+    assert SPEC_EXPERIMENT_FIELDS <= set(exp) and set(exp["groups"]) == {"pre-ln", "sas-p"}
+    assert all(SPEC_GROUP_FIELDS <= set(g) for g in exp["groups"].values())
     assert [p["value"] for p in exp["groups"]["sas-p"]["curve"]] == [1e-3, 1e-2]
     assert exp["groups"]["sas-p"]["curve"][0]["seeds"] == [2] and exp["groups"]["sas-p"]["seeds"] == [0, 1]
     assert exp["comparisons"]["sas-p"]["verdict"] in ("better", "worse", "indistinguishable")

@@ -6,41 +6,11 @@ import pytest
 
 from blocklab.experiments import build_sweep
 from blocklab.experiments.verdicts import choose_best, compute_verdicts, run_score
+from tests.helpers import SPEC_EXPERIMENT_FIELDS, SPEC_GROUP_FIELDS
 
 CAP = 6.0
 BASE = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, "train": {"steps": 100}}
 LRS = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
-SPEC_GROUP = {
-    "label",
-    "settings",
-    "curve",
-    "best",
-    "best_at_edge",
-    "stable",
-    "trainable",
-    "sensitivity",
-    "seeds",
-    "scores",
-    "mean",
-    "sd",
-    "ci95",
-    "n_params",
-    "tokens_per_s",
-}
-SPEC_EXPERIMENT = {
-    "metric",
-    "lower_is_better",
-    "tuned",
-    "reference",
-    "tolerance",
-    "cap",
-    "tuning_runs_reused",
-    "noise_floor",
-    "min_detectable",
-    "groups",
-    "comparisons",
-    "frontier",
-}
 
 
 def summary(score, status="completed", n_params=1000):
@@ -125,7 +95,7 @@ def test_xiong_claim_holds_on_ranges_and_every_spec_field_is_written(tmp_path):
     }
     v = compute_verdicts(sweep, tmp_path, finals)
     exp = v["experiments"]["x"]
-    assert SPEC_EXPERIMENT <= set(exp) and all(SPEC_GROUP <= set(g) for g in exp["groups"].values())
+    assert SPEC_EXPERIMENT_FIELDS <= set(exp) and all(SPEC_GROUP_FIELDS <= set(g) for g in exp["groups"].values())
     assert exp["cap"] == CAP and exp["tuned"] == "train.lr" and exp["reference"] == "pre-ln"
     post0, post = exp["groups"]["post-ln_wu0"], exp["groups"]["post-ln"]
     assert post0["trainable"] == [1e-3, 3e-3] and post["trainable"] == [1e-3, 1e-2]
