@@ -17,7 +17,7 @@ ON_CPU = "interpreter: covered on CUDA"
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the CPU runs the kernels through the interpreter)")
 # On the CPU every kernel call is interpreted, seconds each: tests that run the kernel are `slow` there
 # (make test runs them, make test-fast does not), but for a few cases that test-fast keeps.
-slow_on_cpu = pytest.mark.slow if not CUDA else pytest.mark.usefixtures()
+slow_on_cpu = pytest.mark.slow if not CUDA else (lambda f: f)  # on CUDA: an ordinary test
 
 
 @functools.cache

@@ -85,6 +85,23 @@ def test_cpu_bf16_autocast_runs_the_flash_kernel_in_fp32(monkeypatch):
     assert seen and all(d == torch.float32 for d in seen)
 
 
+def test_sdpa_path_takes_mixed_dtypes_like_the_materialized_one():
+    """Queries and keys wider than the values (shaped attention's V is the block input, whose dtype can differ
+    from the projections' outside autocast): SDPA refuses mixed dtypes, so the sdpa path computes in their
+    promotion and returns V's dtype, as the materialized path does."""
+    from blocklab.attention.functional import softmax_attention
+
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 2, 7, 8, dtype=torch.float64), torch.randn(2, 2, 7, 8, dtype=torch.float64)
+    v = torch.randn(2, 2, 7, 8)
+    key_mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    for mask in (None, key_mask):
+        out = softmax_attention(q, k, v, True, mask, "sdpa")
+        ref = softmax_attention(q, k, v.double(), True, mask, "materialized")
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, ref.float(), rtol=1e-5, atol=1e-6)
+
+
 def _mha(impl, causal=None, seed=0):
     from blocklab.attention import MultiHeadAttention
 

@@ -58,6 +58,10 @@ def softmax_attention(q, k, v, causal: bool, key_mask=None, impl: str = "sdpa") 
         # The CPU flash kernel's bf16 backward is 3-4x slower than its fp32 one (memory stays O(T)).
         # Autocast would cast the inputs straight back to bf16, so it is off for this call.
         q, k, v = q.float(), k.float(), v.float()
+    elif len({q.dtype, k.dtype, v.dtype}) > 1:
+        # SDPA takes one dtype (CUDA raises on mixed ones): compute in their promotion, as the matmuls would.
+        common = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+        q, k, v = q.to(common), k.to(common), v.to(common)
     mask = None
     if key_mask is not None:
         mask = (
