@@ -24,7 +24,10 @@ def test_zoo_holds_every_block_and_both_options_with_two_seeds(name):
     assert set(BLOCKS) <= {c.model.block for c in cfgs.values()}
     assert cfgs["dyt"].model.norm == "dyt" and cfgs["dyt"].model.block == "pre-ln"
     assert cfgs["qk-norm"].model.qk_norm and cfgs["qk-norm"].model.block == "pre-ln"
-    assert len(s.runs) == 3 * (len(BLOCKS) + 2)  # 3 rates x 1 tuning seed; the final seeds follow the tuning
+    n_lrs = len(s.tune_of(s.groups[0]).values)
+    assert n_lrs == {"zoo": 5, "zoo-gpu": 3}[name] and len(s.runs) == n_lrs * (
+        len(BLOCKS) + 2
+    )  # 1 tuning seed; the final seeds follow
     # one shared recipe (He & Hofmann's), nGPT alone on its paper's: no weight decay, no warm-up
     shared = {
         (c.train.optimizer, c.train.weight_decay, c.train.warmup_steps, c.train.schedule)
@@ -43,8 +46,18 @@ def test_depth_runs_the_deep_training_claims_up_to_48_layers():
     cells = {(r.config.model.block, r.config.model.n_layers) for r in s.runs}
     blocks = {"post-ln", "pre-ln", "deepnorm", "mix-ln", "lns", "sas-p", "rezero"}
     assert cells == {(b, L) for b in blocks for L in (6, 12, 24, 48)}
-    assert s.seeds == [0, 1] and s.target_run == "pre-ln_L6"
+    assert s.seeds == [0, 1]
     assert all(r.config.model.d_model == 64 for r in s.runs)
+
+
+def test_depth_compares_each_block_with_pre_ln_at_its_own_depth():
+    s = load_sweep("depth")
+    depth_of = {r.group: r.config.model.n_layers for r in s.runs}
+    for name, meta in s.experiments.items():
+        groups = {r.group for r in s.runs if r.experiment == name}
+        assert meta["target_run"] in groups and {depth_of[g] for g in groups} == {depth_of[meta["target_run"]]}
+        assert len(groups) == 7
+    assert len(s.experiments) == 4
 
 
 @pytest.mark.parametrize("name", ["warmup", "warmup-gpu"])

@@ -50,9 +50,9 @@ ZOO = zoo(
     "QK-norm options on one causal-LM budget, two seeds: "
     "d=128, 4 layers, T=128, batch 16, 200 steps on the stdlib corpus; He & Hofmann's recipe "
     "(AdamW, wd 0.1, 10-step warm-up then linear decay, clip 1) for every block but nGPT (its paper's: "
-    "no weight decay, no warm-up); each block at its own best of lr 1e-3, 3e-3, 1e-2.",
-    "200 steps at d=128: about 1h45 on 2 CPU cores (an estimate: the shared-rate zoo's 36 runs took 41 "
-    "minutes beside another sweep)",
+    "no weight decay, no warm-up); each block at its own best of lr 3e-4..3e-2.",
+    "200 steps at d=128: about 2.5 hours on 2 CPU cores (an estimate: the shared-rate zoo's 36 runs took 41 "
+    "minutes beside another sweep; the 85 runs of the three-rate grid took 3 minutes on one H100, 7 at a time)",
     {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
@@ -68,7 +68,10 @@ ZOO = zoo(
             "stall_patience": 50,
         },
     },
-    [1e-3, 3e-3, 1e-2],
+    # Measured on one H100 (results/zoo-h100): over 1e-3..1e-2 Pre-LN, QK-norm and Mix-LN had their best at
+    # 1e-3 and nGPT, Peri-LN and LNS at 1e-2, both edges, so no comparison was a verdict: the grid reaches
+    # one value further on each side.
+    [3e-4, 1e-3, 3e-3, 1e-2, 3e-2],
 )
 
 # GPU: He & Hofmann's depth and width at 12 layers (d=768) on the whole Python environment.
@@ -105,18 +108,41 @@ ZOO_GPU = zoo(
 # (Pre-LN included): too short a budget to tell blocks apart. A 1,024-token vocabulary shortens the
 # unigram plateau and cheapens the head, so the budget goes to the layers.
 DEPTH_BLOCKS = ["post-ln", "pre-ln", "deepnorm", "mix-ln", "lns", "sas-p", "rezero"]
+DEPTHS = [6, 12, 24, 48]
+# Measured on one H100 (results/depth-h100): over 1e-3..1e-2, 13 of the 28 groups had their best at an edge
+# of the grid (Pre-LN at 1e-2 for 6 and 12 layers, at 1e-3 for 24 and 48), so no comparison was a verdict.
+# The grid reaches one value further on each side.
+DEPTH_LRS = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
+
+
+def depth_experiments(blocks: list[str], depths: list[int], lrs: list[float]) -> dict:
+    """One experiment per depth, each block against Pre-LN *at that depth* (a deeper model has more
+    parameters and a different best rate: comparing it with a 6-layer reference would say nothing about
+    the block). Returns the sweep's `experiments` and `runs`."""
+    runs = [
+        {"name": f"{b}_L{n}", "label": f"{PUBLIC_BLOCKS[b]}, {n} layers", "model.block": b, "model.n_layers": n}
+        | {"experiment": f"L{n}"}
+        for n in depths
+        for b in blocks
+    ]
+    experiments = {
+        f"L{n}": {"title": f"{n} layers", "target_run": f"pre-ln_L{n}", "tune": {"key": "train.lr", "values": lrs}}
+        for n in depths
+    }
+    return {"experiments": experiments, "runs": runs}
+
+
 DEPTH = {
     "name": "depth",
     "description": "Depth scaling: Post-LN, Pre-LN, DeepNorm, Mix-LN, LNS, SAS-P and ReZero at 6, 12, 24 and 48 "
     "layers of d=64 (vocabulary 1024, T=64, batch 16, 300 steps, two seeds) on the stdlib corpus; "
     "He & Hofmann's recipe (AdamW, wd 0.1, 15-step warm-up then linear decay, clip 1), each block "
-    "and depth at its own best of lr 1e-3, 3e-3, 1e-2: which train, which stall, which diverge, "
-    "and the loss they reach.",
-    "expected_cost": "140 runs of 300 steps at d=64 (stalled runs end early): about 80 minutes on 2 CPU cores "
-    "(an estimate: the shared-rate sweep's 56 runs took 32 minutes beside another sweep)",
-    "target_run": "pre-ln_L6",
+    "and depth at its own best of lr 3e-4..3e-2, against Pre-LN at the same depth: which train, which "
+    "stall, which diverge, and the loss they reach.",
+    "expected_cost": "196 runs of 300 steps at d=64 (stalled runs end early): about 2 hours on 2 CPU cores (an "
+    "estimate: the 140 runs of the three-rate grid took 6 minutes on one H100, 8 at a time, and 80 minutes "
+    "were estimated for them on 2 CPU cores)",
     "seeds": [0, 1],
-    "tune": {"key": "train.lr", "values": [1e-3, 3e-3, 1e-2]},
     "base": {
         "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
         "model": {"d_model": 64, "n_heads": 4, "d_ff": 256},
@@ -127,9 +153,10 @@ DEPTH = {
             "warmup_steps": 15,
             "log_every": 5,
             "eval_every": 100,
-            "eval_batches": 4,
+            # 16 batches: at 4 the eval loss's own noise (0.037 paired) was above the seed spread (0.01)
+            "eval_batches": 16,
             "checkpoint_every": 300,
         },
     },
-    "grid": {"model.block": DEPTH_BLOCKS, "model.n_layers": [6, 12, 24, 48]},
+    **depth_experiments(DEPTH_BLOCKS, DEPTHS, DEPTH_LRS),
 }
