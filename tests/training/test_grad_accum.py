@@ -2,9 +2,11 @@
 (SPEC section 5: "the optimizer sees the same batch and the same losses while the device holds less")."""
 
 import json
+import os
 
 import numpy as np
 import pytest
+import torch
 
 from blocklab.errors import UserError
 from blocklab.training import load_config, parallel, train
@@ -179,6 +181,9 @@ def test_summary_of_a_one_process_run(tmp_path, overrides):
         assert 50 < s["peak_memory_mb"] < 64 * 1024
     assert saved["grad_accum"] == 2
     assert "parallel" in saved and saved["parallel"] is None  # no torchrun: no data-parallel wrapper
+    # where it trained, for a report drawn elsewhere
+    assert saved["machine"]["torch"] == torch.__version__ and saved["machine"]["cpu_count"] == os.cpu_count()
+    assert ("gpu" in saved["machine"]) == (s["device"] != "cpu")
 
 
 # --- configuration errors --------------------------------------------------------------------------

@@ -21,6 +21,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def run_machine(device: torch.device) -> dict:
+    """Where a run trained, kept in its summary.json: a report drawn later, on another machine, names this one."""
+    out = {
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
+
+
 def machine_info(device: str) -> dict:
     info = {
         "cpu": cpu_model(),

@@ -95,7 +95,7 @@ class Report:
 
 
 def machine_description() -> str:
-    """CPU (and GPU) of this machine, for the header."""
+    """CPU (and GPU) of this machine: the one drawing the report."""
     from blocklab.bench.machine import cpu_model
 
     text = f"{cpu_model()} ({os.cpu_count()} logical CPUs)"
@@ -107,6 +107,29 @@ def machine_description() -> str:
     except Exception:  # noqa: BLE001 - a broken CUDA set-up must not stop a report
         pass
     return text
+
+
+def _distinct(texts) -> str:
+    seen = []
+    for t in texts:
+        if t not in seen:
+            seen.append(t)
+    return "; ".join(seen)
+
+
+def _run_machines(runs: list[Run]) -> tuple[str, str] | None:
+    """(machine, software) the runs trained on and with, from their summary.json (runs trained on a GPU machine
+    and reported on a laptop name the GPU machine); None when no run recorded them."""
+    ms = [(r.summary or {}).get("machine") for r in runs]
+    ms = [m for m in ms if isinstance(m, dict)]
+    if not ms:
+        return None
+    hosts = (f"{m.get('cpu')} ({m.get('cpu_count')} logical CPUs)" for m in ms)
+    machines = _distinct(f"{m['gpu']}; host {h}" if m.get("gpu") else h for m, h in zip(ms, hosts))
+    software = _distinct(f"torch {m.get('torch')}, Python {m.get('python')}" for m in ms)
+    if len(ms) < len(runs):
+        machines += f" ({len(runs) - len(ms)} of {len(runs)} runs did not record theirs)"
+    return machines, software
 
 
 def _run_devices(runs: list[Run]) -> str:
@@ -133,10 +156,16 @@ def _meta(root: Path, runs: list[Run], sweep: dict) -> list[tuple[str, str]]:
         ("Generated", _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")),
         ("Folder", str(root.resolve())),
         ("Runs", f"{n}: " + ", ".join(f"{v} {k}" for k, v in counts.items())),
-        ("Machine", machine_description()),
         ("Runs trained on", _run_devices(runs)),
-        ("Software", f"torch {torch.__version__}, blocklab {__version__}, Python {platform.python_version()}"),
     ]
+    here = f"torch {torch.__version__}, blocklab {__version__}, Python {platform.python_version()}"
+    trained = _run_machines(runs)
+    if trained is None:
+        meta += [("Machine", f"{machine_description()} (this report's; the runs did not record theirs)")]
+        meta += [("Software", here)]
+    else:
+        meta += [("Machine", trained[0]), ("Software", trained[1])]
+        meta += [("Report drawn on", f"{machine_description()}, {here}")]
     if sweep.get("expected_cost"):
         meta.insert(3, ("Expected cost", str(sweep["expected_cost"])))
     tuning = sweep.get("tuning")

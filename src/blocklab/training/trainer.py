@@ -14,6 +14,7 @@ import torch
 
 from blocklab.atomic import write_atomic
 from blocklab.attention.modules import attention_path
+from blocklab.bench.machine import run_machine
 from blocklab.errors import UserError
 from blocklab.model import count_parameters
 from blocklab.training import distributed, parallel
@@ -144,6 +145,7 @@ class Trainer(StepMixin):
             "parallel": t.parallel if self.dist.enabled or t.parallel == "fsdp" else None,
             "grad_accum": t.grad_accum,
             "peak_memory_mb": self.dist.max(peak_memory_mb(self.dist.device)),
+            "machine": run_machine(self.dist.device),
         }
         out.update(self.throughput.summary())  # steady-state tokens_per_s, compile_s, mfu
         out.update(self.task.summary_fields(s))
