@@ -1,4 +1,4 @@
-"""blocklab report DIR [--target-loss X]"""
+"""blocklab report DIR [--target-loss X] [--allow-changed]"""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ def add_parser(sub) -> None:
         "tokens/s, final train and eval loss, best eval loss, steps to reach a target loss, status), "
         "the init probes of `blocklab probe` when DIR/probes/probes.json exists, and the gain "
         "trajectories. Runs still going (no summary.json) are shown as running/unknown. "
-        "Prints the paths and the table.",
+        "In a sweep folder each run folder is checked against the plan in DIR/sweep.json, as compare "
+        "checks a stored run before reusing it: a run whose stored settings differ from the planned ones "
+        "is refused (see --allow-changed); planned runs without a folder and folders the plan does not "
+        "name are listed at the top of the report. "
+        "Prints the paths, the table and what the check found.",
         epilog="Example: blocklab report demo/ --target-loss 4.5",
     )
     p.add_argument(
@@ -33,6 +37,14 @@ def add_parser(sub) -> None:
         help="loss for the 'steps to target' column: the first step at which a run's smoothed training "
         "loss is at or below X (default: the worst final smoothed training loss among the "
         "completed runs, so that every completed run reaches it)",
+    )
+    p.add_argument(
+        "--allow-changed",
+        action="store_true",
+        help="report run folders whose stored settings differ from what DIR/sweep.json planned for them (a "
+        "run edited or trained again by hand, or copied in) instead of refusing: each is marked "
+        "[changed] with its differing settings, and the verdicts of verdicts.json that rest on it are "
+        "left out (they were computed for the planned runs)",
     )
     p.set_defaults(func=run)
 
@@ -49,11 +61,13 @@ def run(args) -> int:
     if Path(args.dir).exists():  # the pages and figures go into DIR: checked before the figures are drawn
         writable_dir(args.dir, "report folder")
 
-    report = generate_report(args.dir, target)
+    report = generate_report(args.dir, target, allow_changed=args.allow_changed)
     print(f"wrote {report.html_path}")
     print(f"wrote {report.md_path}")
     print()
     print(report.table_md)
     print()
     print(report.target.note)
+    for label, text in report.plan:
+        print(f"{label}: {text}")
     return 0

@@ -12,28 +12,18 @@ from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts
 
 FINISHED = ("completed", "diverged", "stalled")  # kept as they are when the sweep is run again
-IGNORED = {("train", "log_every"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")}  # no effect on results
-
-
-def changed_settings(run: RunSpec, run_dir: Path) -> list[str]:
-    """The settings in which a stored run differs from what the sweep now asks ("train.lr 0.001 -> 0.003")."""
-    from blocklab.training.config import config_differences, load_config
-
-    try:
-        stored = load_config(run_dir / "config.toml")
-    except UserError as e:
-        return [f"an unreadable config ({e})"]
-    return [f"{key} {old!r} -> {value!r}" for key, old, value in config_differences(stored, run.config, IGNORED)]
 
 
 def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print) -> None:
     """A stored run is used only when its settings are the ones asked for: a changed one is refused in one line,
     or with --rerun-changed moved to DIR/replaced/ (kept, never deleted) so that it trains again."""
+    from blocklab.training.rundir import changed_settings
+
     changed = []
     for run in runs:
         run_dir = out / "runs" / run.name
         if (run_dir / "config.toml").is_file():
-            diff = changed_settings(run, run_dir)
+            diff = changed_settings(run.config, run_dir)
             if diff:
                 changed.append((run, run_dir, diff))
     if not changed:
@@ -46,14 +36,31 @@ def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print
             "pass --rerun-changed to move them to replaced/ and train them again, or choose another --out"
         )
     for run, run_dir, diff in changed:
-        target = out / "replaced" / run.name
-        i = 1
-        while target.exists():
-            i += 1
-            target = out / "replaced" / f"{run.name}-{i}"
+        target = _free(out / "replaced", run.name)
         target.parent.mkdir(parents=True, exist_ok=True)
         run_dir.rename(target)
         log(f"{run.name}: settings changed ({', '.join(diff)}); the old run moved to {target}")
+    # The verdicts rest on the runs just moved aside: kept beside them, so that no report shows them as this
+    # sweep's until the sweep has run to its end and written its own.
+    verdicts = out / "verdicts.json"
+    if verdicts.is_file():
+        verdicts.rename(_free(out / "replaced", "verdicts", ".json"))
+
+
+def _free(folder: Path, stem: str, suffix: str = "") -> Path:
+    """folder/stem+suffix, or stem-2, -3, ... where that is taken: nothing moved aside is ever overwritten.
+    (Run names hold dots, "pre-ln_lr0.001_s0", so the suffix is given, never guessed.)"""
+    target, i = folder / f"{stem}{suffix}", 1
+    while target.exists():
+        i += 1
+        target = folder / f"{stem}-{i}{suffix}"
+    return target
+
+
+def plan_json(sweep: Sweep, finals: list[RunSpec]) -> dict:
+    """DIR/sweep.json: the sweep's plan, with the command line's settings (applied over every run's) that
+    `blocklab report` needs to rebuild each planned run's settings."""
+    return dict(sweep.to_json(finals), cli=sweep.cli)
 
 
 def _check_out(sweep: Sweep, out: Path) -> None:
@@ -103,7 +110,7 @@ def run_sweep(
     _check_out(sweep, out)
     check_changed(sweep.runs, out, rerun_changed, log)
     finals = sweep.final_runs({})
-    write_atomic(out / "sweep.json", json.dumps(sweep.to_json(finals), indent=2) + "\n")
+    write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, finals), indent=2) + "\n")
     results: dict = {}
     total = sweep.n_runs
     if _train_phase(sweep.runs, out, jobs, progress, log, results, total) == "interrupted":
@@ -122,7 +129,7 @@ def run_sweep(
         known = {r.name for r in sweep.runs}
         extra = [r for r in finals if r.name not in known]
         check_changed(extra, out, rerun_changed, log)
-        write_atomic(out / "sweep.json", json.dumps(sweep.to_json(finals), indent=2) + "\n")
+        write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, finals), indent=2) + "\n")
         if _train_phase(extra, out, jobs, progress, log, results, total) == "interrupted":
             log("sweep interrupted; run the same command again to continue")
             return {"status": "interrupted", "runs": results, "finals": finals}

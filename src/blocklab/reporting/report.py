@@ -15,6 +15,7 @@ from blocklab.reporting import claims, downstream
 from blocklab.reporting import figures as F
 from blocklab.reporting.analysis import Target, smoothing_window
 from blocklab.reporting.parts import Figure, Part, Section, build_part, loss_sections, split
+from blocklab.reporting.plan import check_plan, mark_changed, plan_rows, refusal, withhold
 from blocklab.reporting.runs import Run, load_runs
 from blocklab.reporting.settings import shared_settings
 from blocklab.reporting.verdicts import FIGURES as VERDICT_FIGURES
@@ -49,6 +50,7 @@ class Report:
     notes: list[str]
     sections: list[Section]  # page order; a Section's `part` names the Part it belongs to
     shared: dict = field(default_factory=dict)  # settings every run shares (settings.shared_settings)
+    plan: list[tuple[str, str]] = field(default_factory=list)  # the runs against sweep.json's plan (plan.plan_rows)
     html_path: Path | None = None
     md_path: Path | None = None
 
@@ -254,19 +256,24 @@ def _probe_caption(root: Path, png: Path, caption: str) -> str:
     return f"{caption} {claims.probe_sentences(result).get(name, '')}".strip() if result else caption
 
 
-def build_report(root: str | Path, target_loss: float | None = None) -> Report:
-    """Read DIR, compute the tables and draw every figure into DIR/figures/ (writes no page)."""
+def build_report(root: str | Path, target_loss: float | None = None, allow_changed: bool = False) -> Report:
+    """Read DIR, compute the tables and draw every figure into DIR/figures/ (writes no page). A run whose
+    settings differ from sweep.json's plan is refused (UserError), or with `allow_changed` reported marked."""
     if target_loss is not None and (not math.isfinite(target_loss) or target_loss <= 0):
         raise UserError(f"--target-loss {target_loss!r} is not valid; give a positive loss value")
     root = Path(root)
     runs, sweep = load_runs(root)
+    plan = check_plan(root, sweep)
+    if plan.changed and not allow_changed:
+        raise UserError(refusal(plan, root))
+    mark_changed(runs, plan)
     fig_dir = root / FIGURES_DIR
     _clean_figures(fig_dir)
     shared = shared_settings(runs)
     parts = [build_part(*p, target_loss, shared) for p in split(runs, sweep)]
     # DIR/verdicts.json: each experiment's verdicts lead its part, before its loss figures (whose captions
     # then compare nothing: the verdict table is the one place that does)
-    verdicts = read_verdicts(root)
+    verdicts = withhold(read_verdicts(root), plan)
     placed, claims_at_end = verdict_sections(verdicts, {p.id for p in parts if p.id}, fig_dir)
     sections = [] if any(p.id for p in parts) else placed.pop(None, [])
     for p in parts:
@@ -322,15 +329,19 @@ def build_report(root: str | Path, target_loss: float | None = None) -> Report:
     title = sweep.get("name") or (root.resolve().name if root.name in ("", ".") else root.name)
     one = None if any(p.id for p in parts) else parts[0].target
     notes = _notes(runs, one) + ([verdicts.note] if verdicts.note else [])
+    found = plan_rows(plan, {r.name for r in runs if r.exists})
+    meta = _meta(root, runs, sweep)
+    meta[3:3] = found  # beside the count of runs, where a reader looks first
     return Report(
         root=root,
         title=f"blocklab report: {title}",
         description=str(sweep.get("description") or ""),
-        meta=_meta(root, runs, sweep),
+        meta=meta,
         parts=parts,
         notes=notes,
         sections=sections,
         shared=shared,
+        plan=found,
     )
 
 
@@ -376,11 +387,11 @@ def _downstream_section(root: Path, runs: list[Run], sweep: dict, fig_dir: Path)
     )
 
 
-def generate_report(root: str | Path, target_loss: float | None = None) -> Report:
+def generate_report(root: str | Path, target_loss: float | None = None, allow_changed: bool = False) -> Report:
     """build_report, then write DIR/report.html (self-contained) and DIR/report.md; returns the Report."""
     from blocklab.reporting.render import to_html, to_markdown
 
-    report = build_report(root, target_loss)
+    report = build_report(root, target_loss, allow_changed)
     report.html_path, report.md_path = report.root / "report.html", report.root / "report.md"
     write_atomic(report.html_path, to_html(report))
     write_atomic(report.md_path, to_markdown(report))

@@ -188,6 +188,11 @@ def read_sweep(root: Path) -> dict:
     return _read_json(root / "sweep.json") or {}
 
 
+def entry_keys(item: dict) -> list[str]:
+    """The folder names/paths that a sweep.json entry (a dict) may go by, most specific first."""
+    return [str(item[k]) for k in ("dir", "path", "out", "run_dir", "name", "id") if item.get(k)]
+
+
 def _sweep_entries(sweep: dict, key: str = "runs") -> list[tuple[list[str], str | None, dict]]:
     """[(candidate folder names/paths, label, seed group)] from sweep.json's `runs` (or `key`'s list: `tuning`),
     strings or dicts."""
@@ -197,7 +202,7 @@ def _sweep_entries(sweep: dict, key: str = "runs") -> list[tuple[list[str], str 
         if isinstance(item, str):
             out.append(([item], None, {}))
         elif isinstance(item, dict):
-            keys = [str(item[k]) for k in ("dir", "path", "out", "run_dir", "name", "id") if item.get(k)]
+            keys = entry_keys(item)
             label = item.get("label") or item.get("name")
             group = {k: item[k] for k in ("group", "group_label", "seed", "experiment") if item.get(k) is not None}
             if keys:
@@ -262,7 +267,7 @@ def load_runs(root: str | Path) -> tuple[list[Run], dict]:
     return runs, sweep
 
 
-def _names(rel: str, keys: list[str]) -> bool:
+def names_folder(rel: str, keys: list[str]) -> bool:
     """An entry's keys name the folder: its path from DIR, or its folder name for a key that is a bare name."""
     return any(rel == Path(k).as_posix().strip("/") or ("/" not in k and rel.rsplit("/", 1)[-1] == k) for k in keys)
 
@@ -275,9 +280,11 @@ def _not_report_runs(dirs: list[Path], rel: dict, sweep: dict) -> set[Path]:
     final = [keys for keys, _, _ in _sweep_entries(sweep)]
     tuning = [keys for keys, _, _ in _sweep_entries(sweep, "tuning")]
     for keys in tuning:
-        aside |= {d for d in dirs if _names(rel[d], keys) and not any(_names(rel[d], k) for k in final)}
+        aside |= {d for d in dirs if names_folder(rel[d], keys) and not any(names_folder(rel[d], k) for k in final)}
     if "tuning" in sweep:  # compare lists every run of the sweep: the rest under runs/ are an older sweep's
-        aside |= {d for d in dirs if rel[d].startswith("runs/") and not any(_names(rel[d], k) for k in final + tuning)}
+        aside |= {
+            d for d in dirs if rel[d].startswith("runs/") and not any(names_folder(rel[d], k) for k in final + tuning)
+        }
     return aside
 
 

@@ -6,6 +6,10 @@ where nothing in the learning-rate schedule derives from it (training/optim.py):
 ends at train.steps, a default warm-up is 5% of it, and inv_sqrt without an inv_sqrt_scale or a warm-up
 holds the rate for 5% of it. Stretching such a schedule would give the steps still to come the rates of
 neither the old run nor a new run of that length. A run never shrinks: its trained steps stay its own.
+
+A stored run stands for the run asked for only when its settings are the ones asked for: `changed_settings`
+is that comparison for a sweep's stored runs, made by `blocklab compare` before reusing one and by
+`blocklab report` before reporting one as the run its sweep planned.
 """
 
 from __future__ import annotations
@@ -37,6 +41,20 @@ RESUMABLE_CHANGES = {
         "stall_margin",
     )
 }
+
+# Fields that change how a run is logged and saved, never its results: a stored run that differs only in
+# them is still the run asked for.
+NO_EFFECT = {("train", "log_every"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")}
+
+
+def changed_settings(asked: RunConfig, run_dir: Path) -> list[str]:
+    """The settings in which the run stored in `run_dir` differs from `asked`, as "train.lr 0.001 -> 0.003"
+    (stored -> asked); [] when it is the run asked for."""
+    try:
+        stored = load_config(Path(run_dir) / "config.toml")
+    except UserError as e:
+        return [f"an unreadable config ({e})"]
+    return [f"{key} {old!r} -> {value!r}" for key, old, value in config_differences(stored, asked, NO_EFFECT)]
 
 
 def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
