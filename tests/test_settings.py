@@ -81,6 +81,80 @@ def test_entries_give_type_unit_default_and_description():
     assert rows["toy.flag"].default == "false" and rows["toy.mode"].choices == ("auto", "true", "false")
 
 
+@dataclasses.dataclass
+class Lists:
+    ids: list[int] = setting(default_factory=lambda: [0], help="ids", min=0, nonempty=True, distinct=True)
+    names: tuple[str, ...] | None = setting(None, help="names", derived="all of them", choices=("a", "b"))
+    reps: int = setting(5, help="rounds", min=1, option="--reps")
+    sizes: list[int] = setting(default_factory=list, help="sizes", min=1, option="--sizes")
+    table: dict = setting(default_factory=dict, help="a table")
+    on: bool = setting(False, help="a switch", option="--on")
+
+    def __post_init__(self):
+        validate(self, "lists")
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(ids=[]), "lists.ids=[] is not valid; it must be a non-empty list of distinct integers >= 0"),
+        (dict(ids=[1, 1]), "lists.ids=[1, 1] is not valid; it must be a non-empty list of distinct integers >= 0"),
+        (dict(ids=[-1]), "lists.ids=[-1] is not valid"),
+        (dict(ids=[True]), "lists.ids=[True] is not valid"),
+        (dict(ids=3), "lists.ids=3 is not valid"),
+        (dict(names=["c"]), "lists.names=['c'] is not valid; it must be a list of values among: a, b (or None)"),
+        (dict(reps=0), "--reps 0 is not valid; it must be a positive integer"),  # as the command line spells it
+        (dict(sizes=[4, 0]), "--sizes '4,0' is not valid; it must be a list of positive integers"),
+        (dict(table=[]), "lists.table=[] is not valid; it must be a dict"),
+    ],
+)
+def test_lists_options_and_other_classes_are_checked_from_their_declarations(kw, message):
+    with pytest.raises(ConfigError) as e:
+        Lists(**kw)
+    assert str(e.value) == message or str(e.value).startswith(message)
+    assert "\n" not in str(e.value)
+
+
+def test_a_list_takes_a_list_or_a_tuple_and_an_empty_one_where_allowed():
+    v = Lists(ids=(3, 1), names=None, sizes=[], table={"a": 1})
+    assert v.ids == (3, 1) and v.sizes == [] and Lists(names=("b", "a")).names == ("b", "a")
+
+
+def test_entries_and_defaults_of_lists_and_required_settings():
+    from blocklab.settings import default_text
+
+    rows = {e.key: e for e in entries(Lists, "lists")}
+    assert (rows["lists.ids"].type, rows["lists.ids"].default) == ("list of int", "[0]")
+    assert (rows["lists.names"].type, rows["lists.names"].default) == ("list of str or none", "all of them")
+    assert rows["lists.names"].choices == ("a", "b") and rows["lists.sizes"].default == "[]"
+    fields = {f.name: f for f in dataclasses.fields(Lists)}
+    assert default_text(fields["ids"], command_line=True) == "0"
+    assert default_text(fields["sizes"], command_line=True) == "none"
+
+    @dataclasses.dataclass
+    class Needs:
+        tasks: list[str] = setting(help="tasks")
+
+    (row,) = entries(Needs, "needs")
+    assert row.default == "required" and row.type == "list of str"
+
+
+def test_add_option_builds_an_argparse_option_from_the_declaration():
+    import argparse
+
+    from blocklab.settings import add_option
+
+    parser = argparse.ArgumentParser()
+    for name in ("reps", "sizes", "on"):
+        add_option(parser, Lists, name)
+    help = {a.dest: a.help for a in parser._actions}
+    assert (
+        help["reps"] == "rounds (default: 5)" and help["sizes"] == "sizes (default: none)" and help["on"] == "a switch"
+    )
+    assert vars(parser.parse_args([])) == {"reps": None, "sizes": None, "on": None}  # the class's defaults apply
+    assert vars(parser.parse_args(["--reps", "3", "--on"])) == {"reps": "3", "sizes": None, "on": True}
+
+
 # ---------------------------------------------------------------------------------------------------
 # The real configs
 

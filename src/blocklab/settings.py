@@ -3,9 +3,14 @@ allowed values or range, unit and a one-line description.
 
 `setting(...)` returns a `dataclasses.field` that carries a `Setting` in its metadata. `validate(obj, section)`
 checks every such field of a config object from it, with the one error shape every config uses
-(`train.lr=0 is not valid; it must be a positive number`), raised as ConfigError. `entries(cls, section)`
-yields what `--help` and the README's options table print, so neither can drift from the real defaults.
-Cross-field checks (grad_accum divides batch_size, say) stay in each class's `__post_init__`, after `validate`.
+(`train.lr=0 is not valid; it must be a positive number`; a setting of a command's own option is named as
+typed: `--reps 0 is not valid; ...`), raised as ConfigError. `entries(cls, section)` yields what `--help` and
+the README's options table print, and `add_option` an argparse option from it, so none can drift from the real
+defaults. Cross-field checks (grad_accum divides batch_size, say) stay in each class's `__post_init__`, after
+`validate`.
+
+Types: bool, int, float, str and their unions, `X | None`, lists of them (`list[int]`, `tuple[str, ...]`: a
+list or tuple whose every item is checked), and any other class (an instance of it).
 
 Torch-free and near the bottom of the layers: every config module imports it.
 """
@@ -39,6 +44,11 @@ class Setting:
     # when the text depends on run-time facts (each block's own beta_FF).
     derived: str | Callable[[], str] | None = None
     expected: str | None = None  # the error's "it must be ..." phrase, when the generated one says too little
+    nonempty: bool = False  # a list: refuse an empty one
+    distinct: bool = False  # a list: refuse an item given twice
+    # The command-line option that sets it (`--peak-size`), where a command builds its options from these
+    # declarations; errors name it as typed there.
+    option: str | None = None
 
     def valid_choices(self) -> tuple | None:
         return _call(self.choices)
@@ -64,6 +74,9 @@ def setting(
     max_exclusive: bool = False,
     derived: str | Callable[[], str] | None = None,
     expected: str | None = None,
+    nonempty: bool = False,
+    distinct: bool = False,
+    option: str | None = None,
     default_factory=dataclasses.MISSING,
 ):
     """A dataclass field whose metadata is everything validation and help need to know about it."""
@@ -71,7 +84,21 @@ def setting(
         raise ValueError("a setting needs a one-line help text")
     if default is None and derived is None:
         raise ValueError(f"setting(None, help={help!r}) must say in derived= what None stands for")
-    meta = Setting(help, unit, choices, shown_choices, min, max, min_exclusive, max_exclusive, derived, expected)
+    meta = Setting(
+        help,
+        unit,
+        choices,
+        shown_choices,
+        min,
+        max,
+        min_exclusive,
+        max_exclusive,
+        derived,
+        expected,
+        nonempty,
+        distinct,
+        option,
+    )
     return dataclasses.field(default=default, default_factory=default_factory, metadata={KEY: meta})
 
 
@@ -80,12 +107,29 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-def _types(hint) -> tuple[tuple[type, ...], bool]:
-    """(the non-None types of an annotation, whether None is allowed): `int | None` -> ((int,), True)."""
+class Kind(typing.NamedTuple):
+    """What an annotation allows: `list[int] | None` -> Kind((int,), optional=True, sequence=True)."""
+
+    types: tuple[type, ...]  # the value's types; a list's: each item's
+    optional: bool  # None is valid
+    sequence: bool  # a list (or tuple) of items
+
+
+def _union(hint) -> tuple:
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = typing.get_args(hint)
-        return tuple(a for a in args if a is not type(None)), type(None) in args
-    return (hint,), False
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _kind(hint) -> Kind:
+    args = _union(hint)
+    optional = type(None) in args
+    args = tuple(a for a in args if a is not type(None))
+    sequence = len(args) == 1 and typing.get_origin(args[0]) in (list, tuple)
+    if sequence:
+        args = tuple(t for a in typing.get_args(args[0]) if a is not Ellipsis for t in _union(a))
+    # A generic class (dict[str, dict]) is checked as its class.
+    return Kind(tuple(typing.get_origin(a) or a for a in args), optional, sequence)
 
 
 def _number(x) -> str:
@@ -98,18 +142,21 @@ def show(value) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f'"{v}"' if isinstance(v, str) else show(v) for v in value) + "]"
     return str(value)
 
 
-def _range(s: Setting, integer: bool) -> str:
-    noun = "an integer" if integer else "a number"
+def _range(s: Setting, integer: bool, plural: bool = False) -> str:
+    word = "integer" if integer else "number"
+    noun = f"{word}s" if plural else f"an {word}" if integer else f"a {word}"
     lo, hi = s.min, s.max
     if (
         hi is None
         and lo is not None
         and ((lo == 0 and s.min_exclusive) or (integer and lo == 1 and not s.min_exclusive))
     ):
-        return f"a positive {'integer' if integer else 'number'}"
+        return f"positive {word}s" if plural else f"a positive {word}"
     if lo is not None and hi is not None:
         return (
             f"{noun} in {'(' if s.min_exclusive else '['}{_number(lo)}, {_number(hi)}{')' if s.max_exclusive else ']'}"
@@ -121,8 +168,28 @@ def _range(s: Setting, integer: bool) -> str:
     return noun
 
 
-def expectation(s: Setting, kinds: tuple[type, ...], optional: bool) -> str:
+SCALARS = (bool, int, float, str)
+PLURALS = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
+
+
+def _items(s: Setting, kinds: tuple[type, ...]) -> str:
+    """What each item of a valid list is: "positive integers", "values among: a, b"."""
+    choices = s.valid_choices()
+    if choices is not None:
+        return f"values among: {', '.join(map(show, choices))}"
+    if set(kinds) <= {int, float}:
+        return _range(s, float not in kinds, plural=True)
+    if kinds == (str,):
+        return "non-empty strings"
+    names = [PLURALS.get(k, f"{k.__name__}s") for k in kinds if not (k is int and float in kinds)]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def expectation(s: Setting, kinds: tuple[type, ...], optional: bool, sequence: bool = False) -> str:
     """The part of the error after "is not valid; ": what a valid value is."""
+    if sequence and not s.expected:
+        nonempty, distinct = "non-empty " if s.nonempty else "", "distinct " if s.distinct else ""
+        return f"it must be a {nonempty}list of {distinct}{_items(s, kinds)}" + (" (or None)" if optional else "")
     choices = s.valid_choices()
     if choices is not None:
         text = f"choose one of: {', '.join(map(show, choices))}"
@@ -132,8 +199,10 @@ def expectation(s: Setting, kinds: tuple[type, ...], optional: bool) -> str:
         text = BOOL_WORDS
     elif float in kinds or int in kinds:
         text = f"it must be {_range(s, float not in kinds)}"
-    else:
+    elif str in kinds:
         text = "it must be a non-empty string"
+    else:
+        text = f"it must be a {' or '.join(k.__name__ for k in kinds)}"
     return text + (" (or None)" if optional and choices is None and kinds != (bool,) else "")
 
 
@@ -143,6 +212,7 @@ def _ok(value, s: Setting, kinds: tuple[type, ...]) -> bool:
         or (int in kinds and isinstance(value, int) and not isinstance(value, bool))
         or (float in kinds and isinstance(value, (int, float)) and not isinstance(value, bool))
         or (str in kinds and isinstance(value, str) and bool(value.strip()))
+        or any(isinstance(value, k) for k in kinds if k not in SCALARS)
     )
     if not typed:
         return False
@@ -157,21 +227,41 @@ def _ok(value, s: Setting, kinds: tuple[type, ...]) -> bool:
     return True
 
 
+def _ok_list(value, s: Setting, kinds: tuple[type, ...]) -> bool:
+    if not isinstance(value, (list, tuple)) or (s.nonempty and not value):
+        return False
+    if not all(_ok(v, s, kinds) for v in value):
+        return False
+    return not s.distinct or len({repr(v) for v in value}) == len(value)
+
+
+def _named(name: str, value, s: Setting, section: str | None) -> str:
+    """The setting and its value as the user gave them: `train.lr=0`, or `--reps 0` for a command's option
+    (a list as its comma-separated text)."""
+    if s.option is None:
+        return f"{section}.{name}={value!r}" if section else f"{name}={value!r}"
+    if isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))
+    return f"{s.option} {value!r}"
+
+
 def validate(obj, section: str | None = None) -> None:
     """Check every setting of a config object against its declaration; the first bad one raises ConfigError
-    naming it (as section.key when a section is given), its value and what would be valid."""
+    naming it (as section.key when a section is given, as its option when it has one), its value and what
+    would be valid."""
     hints = _hints(type(obj))
     for f in dataclasses.fields(obj):
         s = f.metadata.get(KEY)
         if s is None:
             continue
-        kinds, optional = _types(hints[f.name])
+        kinds, optional, sequence = _kind(hints[f.name])
         value = getattr(obj, f.name)
         if value is None and optional:
             continue
-        if not _ok(value, s, kinds):
-            key = f"{section}.{f.name}" if section else f.name
-            raise ConfigError(f"{key}={value!r} is not valid; {expectation(s, kinds, optional)}")
+        if not (_ok_list(value, s, kinds) if sequence else _ok(value, s, kinds)):
+            raise ConfigError(
+                f"{_named(f.name, value, s, section)} is not valid; {expectation(s, kinds, optional, sequence)}"
+            )
 
 
 class Entry(typing.NamedTuple):
@@ -183,16 +273,23 @@ class Entry(typing.NamedTuple):
     derived: bool  # the default is computed from other settings or facts: `default` says from what
 
 
-def _type_text(kinds: tuple[type, ...], optional: bool, unit: str | None) -> str:
-    text = " or ".join(k.__name__ for k in kinds) + (" or none" if optional else "")
+def _type_text(kind: Kind, unit: str | None) -> str:
+    text = ("list of " if kind.sequence else "") + " or ".join(k.__name__ for k in kind.types)
+    text += " or none" if kind.optional else ""
     return f"{text} ({unit})" if unit else text
 
 
-def default_text(f: dataclasses.Field) -> str:
+def default_text(f: dataclasses.Field, command_line: bool = False) -> str:
+    """The default as a TOML file spells it (`[0, 1]`), or with `command_line` as an option takes it (`0,1`);
+    what it is computed from when derived; "required" when there is none."""
     s: Setting = f.metadata[KEY]
     if s.derived is not None:
         return s.derived() if callable(s.derived) else s.derived
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        return "required"
     value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if command_line and isinstance(value, (list, tuple)):
+        return ",".join(map(show, value)) or "none"
     return show(value)
 
 
@@ -203,11 +300,10 @@ def entries(cls, section: str) -> Iterator[Entry]:
         s = f.metadata.get(KEY)
         if s is None:
             continue
-        kinds, optional = _types(hints[f.name])
         choices = s.listed_choices()
         yield Entry(
             f"{section}.{f.name}",
-            _type_text(kinds, optional, s.unit),
+            _type_text(_kind(hints[f.name]), s.unit),
             default_text(f),
             s.help,
             tuple(map(show, choices)) if choices is not None else (),
@@ -242,3 +338,22 @@ def markdown_table(sections: dict[str, type]) -> str:
             default = e.default if e.derived else f"`{e.default}`"
             rows.append(f"| `{e.key}` | {_cell(e.type)} | {_cell(default)} | {_cell(desc)} |")
     return "\n".join(rows) + "\n"
+
+
+def add_option(parser, cls, name: str, **kwargs) -> None:
+    """The argparse option of `cls`'s setting `name`, from its declaration: its flag (`option`), its help (the
+    description and the default as the option takes it) and, for a value among choices, the metavar. A switch
+    (a bool) is store_true. The value stays None unless given, so that the class's own default applies;
+    `kwargs` (a metavar, say) go to add_argument."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    s: Setting = f.metadata[KEY]
+    kind = _kind(_hints(cls)[name])
+    if kind.types == (bool,) and not kind.sequence:
+        kwargs.setdefault("action", "store_true")
+        text = s.help
+    else:
+        text = f"{s.help} (default: {default_text(f, command_line=True)})"
+        choices = None if kind.sequence else s.listed_choices()
+        if choices is not None:
+            kwargs.setdefault("metavar", "{" + ",".join(map(show, choices)) + "}")
+    parser.add_argument(s.option, default=None, help=text.replace("%", "%%"), **kwargs)

@@ -1,13 +1,16 @@
 """Sweeps with a fine-tuning stage: the presets, the stage's validation, a tiny sweep end to end with
 its report section (He & Hofmann's table; Xiong et al.'s score along pre-training)."""
 
+import dataclasses
 import json
 
 import pytest
 
-from blocklab.errors import UserError
+from blocklab.errors import ConfigError, UserError
 from blocklab.experiments import build_sweep, load_sweep, run_sweep
+from blocklab.experiments.downstream import FIELDS, FinetuneStage, parse_stage
 from blocklab.reporting.report import build_report
+from blocklab.settings import KEY
 
 
 def test_the_downstream_presets_are_the_papers_settings():
@@ -46,6 +49,40 @@ def test_bad_finetune_stages_are_refused(stage, message):
     spec = {"name": "t", "base": {"model": {"task": "mlm"}}, "grid": {"model.block": ["pre-ln"]}, "finetune": stage}
     with pytest.raises(UserError, match=message):
         build_sweep(spec)
+
+
+def test_every_stage_field_is_a_setting_with_a_one_line_help():
+    for f in dataclasses.fields(FinetuneStage):
+        assert f.metadata[KEY].help.strip() and "\n" not in f.metadata[KEY].help
+    assert set(FIELDS) == {"tasks", "seeds", "epochs", "steps", "keep_checkpoints"}  # the table's own keys
+
+
+@pytest.mark.parametrize(
+    "stage, message",
+    [
+        ({"epochs": -1}, "finetune.epochs=-1 is not valid; it must be a positive number"),
+        ({"epochs": "3"}, "finetune.epochs='3' is not valid; it must be a positive number"),
+        ({"steps": [0, 100]}, "finetune.steps=[0, 100] is not valid; it must be a non-empty list of distinct positive"),
+        ({"seeds": [0, -1]}, "finetune.seeds=[0, -1] is not valid; it must be a non-empty list of distinct integers"),
+        ({"tasks": ["wrong-operator", ""]}, "finetune.tasks=['wrong-operator', ''] is not valid; it must be a"),
+        ({"keep_checkpoints": "no"}, "finetune.keep_checkpoints='no' is not valid; choose one of: True, False"),
+    ],
+)
+def test_bad_stage_values_are_one_line_naming_the_field(stage, message):
+    with pytest.raises(ConfigError) as e:
+        parse_stage({"tasks": ["wrong-operator"], **stage})
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_stage_keeps_its_defaults_and_its_dotted_overrides():
+    stage = parse_stage({"tasks": ["wrong-operator"], "epochs": 3, "train.lr": 1e-3, "data.max_examples": 50})
+    assert stage == FinetuneStage(
+        ["wrong-operator"], epochs=3.0, overrides={"train": {"lr": 1e-3}, "data": {"max_examples": 50}}
+    )
+    assert (stage.seeds, stage.steps, stage.keep_checkpoints) == ([0], None, False) and stage.epochs == 3.0
+    assert stage.to_json()["train.lr"] == 1e-3
+    with pytest.raises(UserError, match="finetune.tasks is missing"):
+        parse_stage({"seeds": [0]})
 
 
 def test_a_finetune_stage_needs_mlm_runs():

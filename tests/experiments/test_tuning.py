@@ -1,10 +1,13 @@
 """Tuned sweeps: the [tune] table, the runs it makes, final runs at each group's best, recipes and sizes."""
 
+import dataclasses
+
 import pytest
 
-from blocklab.errors import UserError
+from blocklab.errors import ConfigError, UserError
 from blocklab.experiments import build_sweep
-from blocklab.experiments.tuning import log_grid, parse_tune
+from blocklab.experiments.tuning import TUNE_FIELDS, Tune, log_grid, parse_tune
+from blocklab.settings import KEY
 
 BASE = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, "train": {"steps": 20}}
 TWO = [{"name": "pre-ln", "model.block": "pre-ln"}, {"name": "sas-p", "model.block": "sas-p"}]
@@ -19,7 +22,7 @@ def test_tune_defaults_keep_tuning_seeds_apart_from_final_seeds():
 
 
 def test_log_spaced_grid():
-    assert log_grid(1e-4, 1e-2, 5, "tune") == (1e-4, 0.000316, 1e-3, 0.00316, 1e-2)
+    assert log_grid(1e-4, 1e-2, 5) == (1e-4, 0.000316, 1e-3, 0.00316, 1e-2)
     assert parse_tune({"min": 1e-3, "max": 1e-1, "points": 3}, [0]).values == (1e-3, 1e-2, 1e-1)
 
 
@@ -42,6 +45,36 @@ def test_bad_tune_tables_are_one_line_errors(spec, message):
     with pytest.raises(UserError, match=message) as e:
         parse_tune(spec, [0])
     assert "\n" not in str(e.value)
+
+
+def test_every_tune_key_is_a_setting_with_a_one_line_help_under_its_spec_spelling():
+    assert TUNE_FIELDS == ("key", "values", "min", "max", "points", "seeds", "reuse", "tolerance")  # SPEC 10
+    for f in dataclasses.fields(Tune):
+        assert f.metadata[KEY].help.strip() and "\n" not in f.metadata[KEY].help
+    assert Tune.__dataclass_fields__["seeds"].metadata[KEY].derived  # its default follows the final seeds
+
+
+@pytest.mark.parametrize(
+    "spec, where, message",
+    [
+        ({"values": [1e-3], "tolerance": -1}, "tune", "tune.tolerance=-1 is not valid; it must be a positive number"),
+        ({"min": 1e-4, "max": 1e-2, "points": 1}, "tune", "tune.points=1 is not valid; it must be an integer >= 2"),
+        ({"min": 0, "max": 1e-2, "points": 3}, "tune", "tune.min=0 is not valid; it must be a positive number"),
+        ({"values": [1e-3], "seeds": [-1]}, "tune", "tune.seeds=[-1] is not valid; it must be a non-empty list"),
+        ({"values": [1e-3], "seeds": []}, "tune", "tune.seeds=[] is not valid; it must be a non-empty list"),
+        ({"values": [[1]]}, "tune", "tune.values=[[1]] is not valid; it must be a non-empty list of distinct"),
+        ({"values": [1e-3], "reuse": 1}, "experiments.a.tune", "experiments.a.tune.reuse=1 is not valid"),
+        (
+            {"values": [1e-3], "key": 5},
+            "tune",
+            'tune.key=5 is not valid; it must be a dotted setting such as "train.lr"',
+        ),
+    ],
+)
+def test_bad_tune_keys_are_one_line_naming_the_key(spec, where, message):
+    with pytest.raises(ConfigError) as e:
+        parse_tune(spec, [0], where)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
 def test_a_tuned_sweep_runs_each_group_over_the_grid_then_its_final_seeds_at_its_best():

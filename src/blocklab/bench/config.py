@@ -1,14 +1,16 @@
 """What a benchmark run measures: the shape, the variants (block x precision x compile) and the options.
 
 Every user-facing check lives here and raises `UserError` with one line, so the CLI and
-`benchmarks/run_all.py` share the same validation.
+`benchmarks/run_all.py` share the same validation: `Variant` and `BenchConfig` check their settings from
+their declarations (blocklab.settings) when built, and `check_device` what the machine can run.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
-from blocklab.errors import UserError
+from blocklab.errors import ConfigError, UserError
+from blocklab.settings import setting, validate
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -55,6 +57,8 @@ class Shape:
     def spec(self) -> str:
         """The `--shape` string that reproduces this shape."""
         return ",".join(f"{k}={getattr(self, v)}" for k, v in SHAPE_KEYS.items())
+
+    __str__ = spec  # how --help shows the default shape
 
     def model_config(self, block: str, attn_impl: str = "sdpa", seq_len: int | None = None):
         from blocklab import ModelConfig
@@ -119,10 +123,26 @@ def parse_shape(text: str) -> Shape:
 class Variant:
     """One timed configuration: a block at a precision, eager or compiled, with an attention path."""
 
-    block: str
-    precision: str = "fp32"
-    compile: bool = False
-    attn_impl: str = "sdpa"
+    # The block's name is checked where it is read (parse_blocks, parse_variants): listing the registry here
+    # would import every block, and torch, for --help.
+    block: str = setting(help="the block timed")
+    precision: str = setting(
+        "fp32",
+        help="fp32, bf16 (autocast) or fp16 (autocast + GradScaler, CUDA only; refused on CPU)",
+        choices=PRECISIONS,
+        option="--precision",
+    )
+    compile: bool = setting(False, help="run the model through torch.compile instead of eagerly", option="--compile")
+    attn_impl: str = setting(
+        "sdpa",
+        help="sdpa (SDPA + running mean), fused (the Triton kernel, CUDA), materialized (T x T matrix) "
+        "or auto (the measured default of the device, see README)",
+        choices=ATTN_IMPLS,
+        option="--attn-impl",
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
 
     @property
     def label(self) -> str:
@@ -137,22 +157,76 @@ class Variant:
 
 @dataclass
 class BenchConfig:
-    shape: Shape = field(default_factory=Shape)
-    variants: list[Variant] = field(default_factory=list)
-    device: str = "cpu"
-    reps: int = 5  # round-robin rounds; each round times `steps` steps of every variant
-    steps: int = 1  # timed steps per variant per round
-    warmup: int = 2  # untimed steps per variant before the first round
-    memory: bool = True  # measure peak memory per variant (one subprocess each)
-    peak_size: int | None = None  # square matmul size for the peak; None: 2048 on CPU, 8192 on CUDA
-    scaling_T: list[int] = field(default_factory=list)  # memory scaling sequence lengths; empty: none
-    scaling_blocks: list[str] = field(default_factory=list)
-    scaling_impls: list[str] = field(default_factory=lambda: ["sdpa", "materialized"])
-    scaling_precision: str = "fp32"
-    skip_steps: bool = False  # only the memory scaling (no step timing, no peak)
-    reference: str = "pre-ln"  # the block the ratios are taken against
-    adamw: str = "fused"  # AdamW implementation: fused | foreach | loop (see bench.step.make_adamw)
-    command: str = ""  # the command line that produced this run, for the report
+    shape: Shape = setting(
+        default_factory=Shape,
+        help="model and batch shape, see below; the default is the named shape cpu-target",
+        option="--shape",
+    )
+    variants: list[Variant] = setting(
+        default_factory=list,
+        help="the timed variants: each block at a precision, eager or compiled, with an attention path",
+    )
+    device: str = setting("cpu", help="the device everything runs on (--device auto resolved)", choices=("cpu", "cuda"))
+    # Each round times `steps` steps of every variant, in a rotating order.
+    reps: int = setting(5, help="timed round-robin rounds", min=1, option="--reps")
+    steps: int = setting(1, help="timed steps per block per round", unit="steps", min=1, option="--steps")
+    warmup: int = setting(2, help="untimed steps per block before timing", unit="steps", min=0, option="--warmup")
+    memory: bool = setting(True, help="measure each variant's peak memory, in a fresh process each")
+    # Smaller than 16 the matmul times its overheads, not the machine's peak.
+    peak_size: int | None = setting(
+        None, help="n of the n x n matmul peak", derived="2048 on CPU, 8192 on CUDA", min=16, option="--peak-size"
+    )
+    scaling_T: list[int] = setting(
+        default_factory=list,
+        help="also measure forward+backward peak memory at these sequence lengths",
+        unit="tokens",
+        min=1,
+        distinct=True,
+        option="--memory-scaling",
+    )
+    scaling_blocks: list[str] = setting(
+        default_factory=list,
+        help="blocks of the memory scaling",
+        derived="--blocks",
+        distinct=True,
+        option="--scaling-blocks",
+    )
+    scaling_impls: list[str] = setting(
+        default_factory=lambda: ["sdpa", "materialized"],
+        help=f"attention paths of the memory scaling, among: {', '.join(ATTN_IMPLS)}",
+        choices=ATTN_IMPLS,
+        nonempty=True,
+        distinct=True,
+        option="--scaling-impls",
+    )
+    scaling_precision: str = setting(
+        "fp32", help="the memory scaling's precision", choices=PRECISIONS, option="--precision"
+    )
+    skip_steps: bool = setting(
+        False, help="run only the memory scaling (no step timing, no peak)", option="--scaling-only"
+    )
+    reference: str = setting("pre-ln", help="block the ratios are taken against", option="--reference")
+    adamw: str = setting(
+        "fused",
+        help="AdamW implementation: fused (one kernel; 4-7x faster than loop on CPU), foreach, or loop "
+        "(PyTorch's CPU default)",
+        choices=ADAMW_IMPLS,
+        option="--adamw",
+    )
+    command: str | None = setting(
+        None, help="the command line that produced this run, for the report", derived="none: built in Python"
+    )
+
+    def __post_init__(self) -> None:
+        validate(self, "bench")
+        labels = [v.label for v in self.variants]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ConfigError(f"variant {dup[0]!r} is listed twice (check --blocks, --extra and --vs-fp32-eager)")
+        if not self.skip_steps and not self.variants:
+            raise ConfigError("nothing to benchmark: no blocks given")
+        if self.skip_steps and not self.scaling_T:
+            raise ConfigError("--scaling-only needs --memory-scaling T1,T2,...")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -214,8 +288,6 @@ def parse_ints(text: str, what: str) -> list[int]:
             v = int(t)
         except ValueError:
             raise UserError(f"{what}: {t!r} is not an integer") from None
-        if v <= 0:
-            raise UserError(f"{what}: {v} must be positive")
         out.append(v)
     return out
 
@@ -236,8 +308,6 @@ def resolve_device(name: str) -> str:
 def check_precision(precision: str, device: str) -> None:
     import torch
 
-    if precision not in PRECISIONS:
-        raise UserError(f"--precision {precision!r} is not valid; choose one of: {', '.join(PRECISIONS)}")
     if precision == "fp16" and device == "cpu":
         raise UserError("--precision fp16 is refused on CPU (no fp16 autocast training there); use bf16 or fp32")
     if precision == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported():
@@ -266,34 +336,15 @@ def check_fused_available(impl: str, device: str) -> None:
             raise UserError(why)
 
 
-def validate(cfg: BenchConfig) -> BenchConfig:
-    for name in ("reps", "steps"):
-        if getattr(cfg, name) < 1:
-            raise UserError(f"--{name} must be at least 1, got {getattr(cfg, name)}")
-    if cfg.warmup < 0:
-        raise UserError(f"--warmup must be 0 or more, got {cfg.warmup}")
-    if cfg.peak_size is not None and cfg.peak_size < 16:
-        raise UserError(f"--peak-size must be at least 16, got {cfg.peak_size}")
+def check_device(cfg: BenchConfig) -> BenchConfig:
+    """What this machine can run of a (valid) config: each precision on the device, a compiler for
+    --compile, the fused kernel."""
     for v in cfg.variants:
         check_precision(v.precision, cfg.device)
-        if v.attn_impl not in ATTN_IMPLS:
-            raise UserError(f"--attn-impl {v.attn_impl!r} is not valid; choose one of: {', '.join(ATTN_IMPLS)}")
         check_fused_available(v.attn_impl, cfg.device)
         if v.compile:
             check_compile_available(cfg.device)
     check_precision(cfg.scaling_precision, cfg.device)
-    if cfg.adamw not in ADAMW_IMPLS:
-        raise UserError(f"--adamw {cfg.adamw!r} is not valid; choose one of: {', '.join(ADAMW_IMPLS)}")
     for impl in cfg.scaling_impls:
-        if impl not in ATTN_IMPLS:
-            raise UserError(f"--scaling-impls: {impl!r} is not valid; choose among: {', '.join(ATTN_IMPLS)}")
         check_fused_available(impl, cfg.device)
-    labels = [v.label for v in cfg.variants]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise UserError(f"variant {dup[0]!r} is listed twice (check --blocks, --extra and --vs-fp32-eager)")
-    if not cfg.skip_steps and not cfg.variants:
-        raise UserError("nothing to benchmark: no blocks given")
-    if cfg.skip_steps and not cfg.scaling_T:
-        raise UserError("--scaling-only needs --memory-scaling T1,T2,...")
     return cfg

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
+import textwrap
 
 from blocklab.errors import UserError
 
 DEFAULT_BLOCKS = "pre-ln,sas,sas-p"
-DEFAULT_SHAPE = "d=768,heads=12,ff=3072,T=128,layers=6,vocab=2048,batch=8"
 
 DESCRIPTION = """\
 Benchmark full training steps (forward, backward, AdamW step with param_groups, zero_grad)
@@ -49,15 +50,23 @@ examples:
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the hand-wrapped description; wraps option help without breaking `pre-ln` at its hyphen."""
+    """Keeps the hand-wrapped description; wraps option help without breaking `pre-ln` at its hyphen, and a
+    comma-separated value too long for a line (the default shape) after a comma."""
 
     def _split_lines(self, text, width):
-        import textwrap
+        return _Wrapper(width, break_on_hyphens=False).wrap(" ".join(text.split()))
 
-        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+class _Wrapper(textwrap.TextWrapper):
+    def _split(self, text):
+        chunks = super()._split(text)
+        return [piece for c in chunks for piece in (re.split(r"(?<=,)", c) if len(c) > self.width else [c])]
 
 
 def add_parser(sub) -> None:
+    from blocklab.bench.config import BenchConfig, Variant
+    from blocklab.settings import add_option
+
     p = sub.add_parser(
         "bench",
         help="tokens/s, MFU and peak memory of training steps per block",
@@ -65,24 +74,17 @@ def add_parser(sub) -> None:
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
+    # Options that set one setting of BenchConfig or Variant take their flag, help and default from its
+    # declaration (blocklab.bench.config); the rest say what they build.
     p.add_argument(
         "--blocks",
         default=DEFAULT_BLOCKS,
         metavar="LIST",
         help=f"comma-separated block names (default: {DEFAULT_BLOCKS})",
     )
-    p.add_argument(
-        "--shape",
-        default=DEFAULT_SHAPE,
-        help=f"model and batch shape, see below (default: {DEFAULT_SHAPE.replace(',', ', ')}, the named shape cpu-target)",
-    )
-    p.add_argument(
-        "--precision",
-        default="fp32",
-        metavar="{fp32,bf16,fp16}",
-        help="fp32, bf16 (autocast) or fp16 (autocast + GradScaler, CUDA only; refused on CPU) (default: fp32)",
-    )
-    p.add_argument("--compile", action="store_true", help="run the model through torch.compile (default: eager)")
+    add_option(p, BenchConfig, "shape")
+    add_option(p, Variant, "precision")
+    add_option(p, Variant, "compile")
     p.add_argument(
         "--vs-fp32-eager",
         action="store_true",
@@ -95,46 +97,16 @@ def add_parser(sub) -> None:
         help="more variants timed in the same round-robin, comma-separated BLOCK[:PRECISION][:compile|eager]"
         "[:sdpa|fused|materialized], e.g. pre-ln:bf16:compile,sas-p:bf16:compile (default: none)",
     )
-    p.add_argument(
-        "--attn-impl",
-        default="sdpa",
-        metavar="{sdpa,fused,materialized,auto}",
-        help="sdpa (SDPA + running mean, default), fused (the Triton kernel, CUDA), "
-        "materialized (T x T matrix) or auto (the measured default of the device, see README)",
-    )
-    p.add_argument(
-        "--adamw",
-        default="fused",
-        metavar="{fused,foreach,loop}",
-        help="AdamW implementation: fused (one kernel; 4-7x faster than loop on CPU), foreach, or loop "
-        "(PyTorch's CPU default) (default: fused)",
-    )
-    p.add_argument("--reps", default="5", metavar="N", help="timed round-robin rounds (default: 5)")
-    p.add_argument("--steps", default="1", metavar="N", help="timed steps per block per round (default: 1)")
-    p.add_argument("--warmup", default="2", metavar="N", help="untimed steps per block before timing (default: 2)")
-    p.add_argument(
-        "--peak-size", default=None, metavar="N", help="n of the n x n matmul peak (default: 2048 on CPU, 8192 on CUDA)"
-    )
+    add_option(p, Variant, "attn_impl")
+    add_option(p, BenchConfig, "adamw")
+    for name in ("reps", "steps", "warmup", "peak_size"):
+        add_option(p, BenchConfig, name, metavar="N")
     p.add_argument("--no-memory", action="store_true", help="skip the per-block peak-memory processes")
-    p.add_argument(
-        "--memory-scaling",
-        default=None,
-        metavar="T1,T2,...",
-        help="also measure forward+backward peak memory at these sequence lengths (default: off)",
-    )
-    p.add_argument(
-        "--scaling-blocks", default=None, metavar="LIST", help="blocks of the memory scaling (default: --blocks)"
-    )
-    p.add_argument(
-        "--scaling-impls",
-        default="sdpa,materialized",
-        metavar="LIST",
-        help="attention paths of the memory scaling (default: sdpa,materialized)",
-    )
-    p.add_argument("--scaling-only", action="store_true", help="run only the memory scaling (no step timing)")
-    p.add_argument(
-        "--reference", default="pre-ln", metavar="BLOCK", help="block the ratios are taken against (default: pre-ln)"
-    )
+    add_option(p, BenchConfig, "scaling_T", metavar="T1,T2,...")
+    add_option(p, BenchConfig, "scaling_blocks", metavar="LIST")
+    add_option(p, BenchConfig, "scaling_impls", metavar="LIST")
+    add_option(p, BenchConfig, "skip_steps")
+    add_option(p, BenchConfig, "reference", metavar="BLOCK")
     p.add_argument(
         "--threads", default=None, metavar="N", help="torch CPU threads (default: torch's default, one per core)"
     )
@@ -148,14 +120,19 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def to_int(text, option: str, minimum: int) -> int:
+def to_int(text, option: str, minimum: int | None = None) -> int:
     try:
         value = int(text)
     except (TypeError, ValueError):
         raise UserError(f"{option} {text!r} is not an integer") from None
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise UserError(f"{option} must be at least {minimum}, got {value}")
     return value
+
+
+def _given(**values) -> dict:
+    """The options given on the command line: the others keep the declared defaults."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def config_from_args(args, argv: list[str] | None = None):
@@ -165,47 +142,48 @@ def config_from_args(args, argv: list[str] | None = None):
     from blocklab.bench.config import (
         BenchConfig,
         Variant,
+        check_device,
         parse_blocks,
         parse_ints,
         parse_list,
         parse_shape,
         parse_variants,
         resolve_device,
-        validate,
     )
 
     if args.threads is not None:
         torch.set_num_threads(to_int(args.threads, "--threads", 1))
     device = resolve_device(args.device)
     blocks = parse_blocks(args.blocks)
-    if args.reference not in blocks and not args.scaling_only:
-        print(
-            f"blocklab bench: note: reference block {args.reference!r} is not benchmarked; no ratios", file=sys.stderr
-        )
-    variants = [Variant(b, args.precision, args.compile, args.attn_impl) for b in blocks]
-    if args.vs_fp32_eager and (args.precision != "fp32" or args.compile):
-        variants += [Variant(b, "fp32", False, args.attn_impl) for b in blocks]
+    mode = _given(precision=args.precision, compile=args.compile, attn_impl=args.attn_impl)
+    variants = [Variant(b, **mode) for b in blocks]
+    if args.vs_fp32_eager:
+        variants += [p for p in (Variant(v.block, attn_impl=v.attn_impl) for v in variants) if p not in variants]
     if args.extra:
         variants += parse_variants(args.extra)
     cfg = BenchConfig(
-        shape=parse_shape(args.shape),
+        **_given(
+            shape=parse_shape(args.shape) if args.shape is not None else None,
+            reps=to_int(args.reps, "--reps") if args.reps is not None else None,
+            steps=to_int(args.steps, "--steps") if args.steps is not None else None,
+            warmup=to_int(args.warmup, "--warmup") if args.warmup is not None else None,
+            peak_size=to_int(args.peak_size, "--peak-size") if args.peak_size is not None else None,
+            scaling_T=parse_ints(args.memory_scaling, "--memory-scaling") if args.memory_scaling else None,
+            scaling_blocks=parse_blocks(args.scaling_blocks) if args.scaling_blocks else None,
+            scaling_impls=parse_list(args.scaling_impls, "--scaling-impls") if args.scaling_impls is not None else None,
+            scaling_precision=args.precision,
+            skip_steps=args.scaling_only,
+            reference=args.reference,
+            adamw=args.adamw,
+        ),
         variants=variants,
         device=device,
-        reps=to_int(args.reps, "--reps", 1),
-        steps=to_int(args.steps, "--steps", 1),
-        warmup=to_int(args.warmup, "--warmup", 0),
         memory=not args.no_memory,
-        peak_size=to_int(args.peak_size, "--peak-size", 16) if args.peak_size is not None else None,
-        scaling_T=parse_ints(args.memory_scaling, "--memory-scaling") if args.memory_scaling else [],
-        scaling_blocks=parse_blocks(args.scaling_blocks) if args.scaling_blocks else [],
-        scaling_impls=parse_list(args.scaling_impls, "--scaling-impls"),
-        scaling_precision=args.precision,
-        skip_steps=args.scaling_only,
-        reference=args.reference,
-        adamw=args.adamw,
         command="blocklab bench " + shlex.join(argv if argv is not None else sys.argv[2:]),
     )
-    return validate(cfg)
+    if cfg.reference not in blocks and not cfg.skip_steps:
+        print(f"blocklab bench: note: reference block {cfg.reference!r} is not benchmarked; no ratios", file=sys.stderr)
+    return check_device(cfg)
 
 
 def run(args, argv: list[str] | None = None) -> int:

@@ -15,23 +15,51 @@ pre-training (`steps`, Xiong et al.'s Fig. 4). Results land in DIR/finetune/RUN/
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from blocklab.atomic import write_atomic
-from blocklab.errors import UserError
+from blocklab.errors import ConfigError, UserError
+from blocklab.settings import setting, validate
 
-FIELDS = {"tasks", "seeds", "epochs", "steps", "keep_checkpoints"}
+SECTIONS = ("train", "data", "model")  # the sections a stage's dotted overrides may set
 
 
 @dataclass
 class FinetuneStage:
-    tasks: list[str]
-    seeds: list[int] = field(default_factory=lambda: [0])
-    epochs: float = 5.0
-    steps: list[int] | None = None  # None: each run's final checkpoint
-    overrides: dict = field(default_factory=dict)  # {"train": {...}, "data": {...}}
-    keep_checkpoints: bool = False  # the fine-tuned classifiers' checkpoints (the table needs none)
+    tasks: list[str] = setting(
+        help="the tasks each run is fine-tuned on: code tasks or classification data", nonempty=True
+    )
+    seeds: list[int] = setting(
+        default_factory=lambda: [0], help="fine-tuning seeds, one fine-tune each", min=0, nonempty=True, distinct=True
+    )
+    epochs: float = setting(
+        5.0, help="passes over each task's training split", unit="epochs", min=0, min_exclusive=True
+    )
+    steps: list[int] | None = setting(
+        None,
+        help="pre-training checkpoints to start from (pre-training must keep them: train.keep_checkpoints = 0)",
+        derived="each run's final checkpoint",
+        min=1,
+        nonempty=True,
+        distinct=True,
+    )
+    overrides: dict = setting(
+        default_factory=dict,
+        help='dotted train./data./model. settings of the fine-tuning runs ("data.max_examples" = 2000)',
+        expected="a table of sections ({'train': {'lr': 0.001}})",
+    )
+    keep_checkpoints: bool = setting(False, help="keep the fine-tuned classifiers' checkpoints (the table needs none)")
+
+    def __post_init__(self) -> None:
+        validate(self, "finetune")
+        for section, values in self.overrides.items():
+            if section not in SECTIONS or not isinstance(values, dict):
+                raise ConfigError(
+                    f"finetune.overrides={self.overrides!r} is not valid; it must map each of {', '.join(SECTIONS)} "
+                    "to its settings"
+                )
+        self.epochs = float(self.epochs)
 
     def to_json(self) -> dict:
         flat = {f"{s}.{k}": v for s, values in self.overrides.items() for k, v in values.items()}
@@ -45,43 +73,30 @@ class FinetuneStage:
         }
 
 
-def _ints(name: str, value, lo: int) -> list[int]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or len(set(value)) != len(value)
-        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= lo for x in value)
-    ):
-        raise UserError(f"finetune.{name} = {value!r} is not valid; give a list of distinct integers >= {lo}")
-    return list(value)
+# The [finetune] table's own keys; every other key is a dotted override.
+FIELDS = tuple(f.name for f in fields(FinetuneStage) if f.name != "overrides")
 
 
 def parse_stage(spec: dict | None) -> FinetuneStage | None:
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise UserError("finetune must be a table: tasks, seeds, epochs, steps and dotted overrides")
-    tasks = spec.get("tasks")
-    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) and t for t in tasks):
-        raise UserError(f"finetune.tasks = {tasks!r} is not valid; give a list of task names")
-    epochs = spec.get("epochs", 5.0)
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
-        raise UserError(f"finetune.epochs = {epochs!r} is not valid; give a positive number")
+        raise UserError(f"finetune must be a table: {', '.join(FIELDS)} and dotted overrides")
+    own: dict = {}
     overrides: dict = {}
     for key, value in spec.items():
         if key in FIELDS:
+            own[key] = value
             continue
         section, _, name = key.partition(".")
-        if section not in ("train", "data", "model") or not name:
+        if section not in SECTIONS or not name:
             raise UserError(
                 f"unknown finetune field {key!r}; valid: {', '.join(sorted(FIELDS))} and dotted train./data. overrides"
             )
         overrides.setdefault(section, {})[name] = value
-    steps = _ints("steps", spec["steps"], 1) if spec.get("steps") is not None else None
-    keep = spec.get("keep_checkpoints", False)
-    if not isinstance(keep, bool):
-        raise UserError(f"finetune.keep_checkpoints = {keep!r} is not valid; give true or false")
-    return FinetuneStage(list(tasks), _ints("seeds", spec.get("seeds", [0]), 0), float(epochs), steps, overrides, keep)
+    if "tasks" not in own:
+        raise UserError("finetune.tasks is missing; give a list of task names")
+    return FinetuneStage(**own, overrides=overrides)
 
 
 def stage_dir(out: Path, run: str, task: str, step: int | None) -> Path:

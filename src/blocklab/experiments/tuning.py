@@ -15,21 +15,101 @@ the same seeds that then judge it flatters a group with a flat curve: the winner
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import InitVar, dataclass, fields
 
-from blocklab.errors import UserError
+from blocklab.errors import ConfigError, UserError
+from blocklab.settings import setting, validate
 
-TUNE_FIELDS = ("key", "values", "min", "max", "points", "seeds", "reuse", "tolerance")
 DEFAULT_TOLERANCE = 0.1
+DOTTED = 'a dotted setting such as "train.lr"'
+NO_GRID = "none: the grid is values"
 
 
 @dataclass(frozen=True)
 class Tune:
-    key: str  # a dotted setting, e.g. "train.lr"
-    values: tuple  # the grid, ascending for numbers
-    seeds: tuple[int, ...]  # the tuning seeds
-    reuse: bool = False
-    tolerance: float = DEFAULT_TOLERANCE
+    """A [tune] table, checked when built: its keys are these fields (SPEC 10's spellings). Once built, `values`
+    is the grid (from min, max and points when those were given) and `seeds` the tuning seeds (their default
+    taken from `final_seeds`, the sweep's); `where` names the table in errors."""
+
+    key: str = setting(
+        "train.lr",
+        help="the tuned setting: any dotted model./data./train. key but train.seed and model.block",
+        expected=DOTTED,
+    )
+    values: tuple[float | str | bool, ...] | None = setting(
+        None,
+        help="the grid, ascending for numbers",
+        derived="min, max and points",
+        nonempty=True,
+        distinct=True,
+    )
+    min: float | None = setting(
+        None, help="instead of values: the grid's lowest value", derived=NO_GRID, min=0, min_exclusive=True
+    )
+    max: float | None = setting(
+        None, help="instead of values: the grid's highest value", derived=NO_GRID, min=0, min_exclusive=True
+    )
+    points: int | None = setting(
+        None, help="instead of values: values from min to max, evenly spaced in log", derived=NO_GRID, min=2
+    )
+    # Apart from the final seeds by default: choosing the best value on the seeds that then judge it counts the
+    # winner's noise as skill.
+    seeds: tuple[int, ...] | None = setting(
+        None,
+        help="the tuning seeds",
+        derived="[max(seeds) + 1], apart from the sweep's final seeds",
+        min=0,
+        nonempty=True,
+        distinct=True,
+    )
+    reuse: bool = setting(False, help="the tuning runs at the best value also count as final seeds")
+    tolerance: float = setting(
+        DEFAULT_TOLERANCE,
+        help="the stable range, and how far better than the cap a trainable run ends",
+        unit="the metric's units",
+        min=0,
+        min_exclusive=True,
+    )
+    final_seeds: InitVar[Sequence[int] | None] = None
+    where: InitVar[str] = "tune"
+
+    def __post_init__(self, final_seeds: Sequence[int] | None, where: str) -> None:
+        validate(self, where)
+        section, _, option = self.key.partition(".")
+        if section not in ("model", "data", "train") or not option:
+            raise ConfigError(f"{where}.key={self.key!r} is not valid; it must be {DOTTED}")
+        if self.key in ("train.seed", "model.block"):
+            raise ConfigError(
+                f"{where}.key={self.key!r} cannot be tuned: seeds are set by `seeds`, blocks are the groups"
+            )
+        grid = (self.min, self.max, self.points)
+        if self.values is not None:
+            if any(x is not None for x in grid):
+                raise ConfigError(f"{where}: give either values or min, max and points, not both")
+            if all(is_number(v) for v in self.values) and list(self.values) != sorted(self.values):
+                raise ConfigError(f"{where}.values={self.values!r} is not valid; it must be in ascending order")
+            values = tuple(self.values)
+        elif all(x is not None for x in grid):
+            if self.max <= self.min:
+                raise ConfigError(
+                    f"{where}.max={self.max!r} is not valid; it must be above {where}.min={self.min!r} (0 < min < max)"
+                )
+            values = log_grid(self.min, self.max, self.points)
+        else:
+            raise ConfigError(f"{where} needs values = [...] or min, max and points")
+        finals = list(final_seeds or [0])
+        seeds = tuple(self.seeds) if self.seeds is not None else (max(finals) + 1,)
+        shared = sorted(set(seeds) & set(finals))
+        if shared and not self.reuse:
+            raise ConfigError(
+                f"{where}.seeds {list(seeds)} share seed {shared[0]} with the final seeds {finals}: choosing "
+                "the best value on the seeds that then judge it flatters flat curves; pick other tuning "
+                "seeds, or set reuse = true to count them (the report says so)"
+            )
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "seeds", seeds)
+        object.__setattr__(self, "tolerance", float(self.tolerance))
 
     @property
     def section(self) -> str:
@@ -53,28 +133,16 @@ class Tune:
         }
 
 
+TUNE_FIELDS = tuple(f.name for f in fields(Tune))
+
+
 def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _seeds(value, where: str) -> tuple[int, ...]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or len(set(value)) != len(value)
-        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)
-    ):
-        raise UserError(f"{where}.seeds = {value!r} is not valid; give a list of distinct integers >= 0, e.g. [3]")
-    return tuple(value)
-
-
-def log_grid(lo, hi, points, where: str) -> tuple[float, ...]:
-    """`points` values from lo to hi, evenly spaced in log (rounded to 3 significant digits, so the run names
-    and the report read 0.00316, not 0.0031622776601683794)."""
-    if not (is_number(lo) and is_number(hi) and 0 < lo < hi):
-        raise UserError(f"{where}: min = {lo!r}, max = {hi!r} are not valid; give 0 < min < max")
-    if not isinstance(points, int) or isinstance(points, bool) or points < 2:
-        raise UserError(f"{where}.points = {points!r} is not valid; give an integer >= 2")
+def log_grid(lo: float, hi: float, points: int) -> tuple[float, ...]:
+    """`points` values from lo to hi (0 < lo < hi), evenly spaced in log (rounded to 3 significant digits, so
+    the run names and the report read 0.00316, not 0.0031622776601683794)."""
     step = (math.log(hi) - math.log(lo)) / (points - 1)
     return tuple(float(f"{math.exp(math.log(lo) + i * step):.3g}") for i in range(points))
 
@@ -84,46 +152,11 @@ def parse_tune(spec, final_seeds: list[int] | None, where: str = "tune") -> Tune
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise UserError(f"{where} must be a table: key, values (or min, max, points), seeds, reuse, tolerance")
+        raise UserError(f"{where} must be a table: {', '.join(TUNE_FIELDS)}")
     unknown = sorted(set(spec) - set(TUNE_FIELDS))
     if unknown:
         raise UserError(f"unknown field {unknown[0]!r} in {where}; valid: {', '.join(TUNE_FIELDS)}")
-    key = spec.get("key", "train.lr")
-    section, _, option = key.partition(".") if isinstance(key, str) else ("", "", "")
-    if section not in ("model", "data", "train") or not option:
-        raise UserError(f'{where}.key = {key!r} is not valid; give a dotted setting such as "train.lr"')
-    if key in ("train.seed", "model.block"):
-        raise UserError(f"{where}.key = {key!r} cannot be tuned: seeds are set by `seeds`, blocks are the groups")
-    if "values" in spec:
-        if any(k in spec for k in ("min", "max", "points")):
-            raise UserError(f"{where}: give either values or min, max and points, not both")
-        values = spec["values"]
-        if not isinstance(values, list) or not values or len({repr(v) for v in values}) != len(values):
-            raise UserError(f"{where}.values = {values!r} is not valid; give a non-empty list of distinct values")
-        if all(is_number(v) for v in values):
-            if list(values) != sorted(values):
-                raise UserError(f"{where}.values = {values!r} must be in ascending order")
-        values = tuple(values)
-    elif all(k in spec for k in ("min", "max", "points")):
-        values = log_grid(spec["min"], spec["max"], spec["points"], where)
-    else:
-        raise UserError(f"{where} needs values = [...] or min, max and points")
-    finals = list(final_seeds or [0])
-    seeds = _seeds(spec["seeds"], where) if "seeds" in spec else (max(finals) + 1,)
-    reuse = spec.get("reuse", False)
-    if not isinstance(reuse, bool):
-        raise UserError(f"{where}.reuse = {reuse!r} is not valid; give true or false")
-    shared = sorted(set(seeds) & set(finals))
-    if shared and not reuse:
-        raise UserError(
-            f"{where}.seeds {list(seeds)} share seed {shared[0]} with the final seeds {finals}: choosing "
-            "the best value on the seeds that then judge it flatters flat curves; pick other tuning "
-            "seeds, or set reuse = true to count them (the report says so)"
-        )
-    tolerance = spec.get("tolerance", DEFAULT_TOLERANCE)
-    if not is_number(tolerance) or tolerance <= 0:
-        raise UserError(f"{where}.tolerance = {tolerance!r} is not valid; give a positive number (metric units)")
-    return Tune(key, values, seeds, reuse, float(tolerance))
+    return Tune(**spec, final_seeds=final_seeds, where=where)
 
 
 def parse_sizes(spec, where: str = "sizes") -> list[dict]:
