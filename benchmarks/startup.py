@@ -20,11 +20,17 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
+
+# A run directory the argument errors name: the config is refused before anything is written, so it never exists.
+_OUT = os.path.join(tempfile.gettempdir(), "blocklab-startup-never-written")
 
 COMMANDS = {
     "blocklab --help": ["--help"],
     "blocklab train --help": ["train", "--help"],
     "blocklab train (no --out: argument error)": ["train", "--model.block", "sas-p"],
+    "blocklab train --model.block nosuch --out DIR": ["train", "--model.block", "nosuch", "--out", _OUT],
+    "blocklab train --model.norm nosuch --out DIR": ["train", "--model.norm", "nosuch", "--out", _OUT],
     "blocklab compare --preset nope --list": ["compare", "--preset", "nope", "--list"],
 }
 

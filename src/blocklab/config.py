@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass, fields
 
+from blocklab.block_table import gain_default
 from blocklab.errors import ConfigError
-from blocklab.registry import REGISTRY, TASKS
+from blocklab.registry import PUBLIC_BLOCKS, REGISTRY, TASKS, block_names
 from blocklab.settings import KEY, setting, validate
 
 # Which block offers which task and whether dropout applies to it are facts of its BlockSpec (registry.py).
@@ -19,8 +20,7 @@ POOLINGS = ("first", "mean")
 
 
 def model_choices() -> dict[str, tuple[str, ...]]:
-    """The values --help lists for every ModelConfig field that takes one of a list; blocks as registered when
-    called."""
+    """The values --help lists for every ModelConfig field that takes one of a list (the public blocks for block)."""
     return {f.name: f.metadata[KEY].listed_choices() for f in fields(ModelConfig) if f.metadata[KEY].choices}
 
 
@@ -41,28 +41,15 @@ def reject_unknown(cls):
     return cls
 
 
-def _public_blocks() -> tuple[str, ...]:
-    return tuple(b for b, s in REGISTRY.items() if s.public)
-
-
-def _block_default(name: str) -> str:
-    """What beta_ff / beta_sa None stands for, from the registered blocks' specs."""
-    by_value: dict = {}
-    for b, s in REGISTRY.items():
-        if s.public and getattr(s, name) is not None:
-            by_value.setdefault(getattr(s, name), []).append(b)
-    own = "; ".join(f"{v} for {', '.join(bs)}" for v, bs in by_value.items())
-    return f"the block's own ({own}; other blocks have no such gain)" if own else "the block's own"
-
-
 @reject_unknown
 @dataclass
 class ModelConfig:
     block: str = setting(
         "pre-ln",
         help="the Transformer block; the block table gives each one's equation",
-        choices=lambda: tuple(REGISTRY),
-        shown_choices=_public_blocks,
+        # Torch-free until a valid block is built: --help and a bad name answer without importing the blocks.
+        choices=block_names,
+        shown_choices=tuple(PUBLIC_BLOCKS),
     )
     task: str = setting(
         "clm",
@@ -97,12 +84,12 @@ class ModelConfig:
     beta_ff: float | None = setting(
         None,
         help="gain on the MLP branch of the blocks that have one; none: the block's own; other blocks refuse it",
-        derived=lambda: _block_default("beta_ff"),
+        derived=lambda: gain_default("beta_ff"),
     )
     beta_sa: float | None = setting(
         None,
         help="gain on the attention branch of the blocks that have one; none: the block's own; other blocks refuse it",
-        derived=lambda: _block_default("beta_sa"),
+        derived=lambda: gain_default("beta_sa"),
     )
     beta_v: float = setting(0.2, help="shaped-vp only: initial beta_V of W = alpha_V I + beta_V dW")
     positions: str = setting("learned", help="position embeddings", choices=POSITIONS)

@@ -1,11 +1,13 @@
-"""The block registry: name -> BlockSpec, every fact about a block. The only place blocks are listed.
+"""The block registry: name -> BlockSpec, every fact about a block.
 
 It sits below the config and the blocks: the blocks (blocks/) register into it, and ModelConfig
 validates a block name against it, so neither imports the other's layer upwards.
 
-Adding a block is one class, one `register(...)` on it, and its tests: the config's validation
-(blocklab.config), the models (model/), the probes' predictions (probes/predictions.py) and the
-report's labels and colours (reporting/) all read the block's spec from `REGISTRY`.
+Adding a block is one class, one `register(...)` on it, its line in block_table.py and its tests: the
+models (model/), the probes' predictions (probes/predictions.py) and the report's labels and colours
+(reporting/) and the config's checks read the block's spec from `REGISTRY`; the check of a block's name and
+the command line's --help read block_table.py's torch-free copy of the few facts they need (a test keeps the
+two equal).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from blocklab.block_table import BUILTIN_BLOCKS, public_blocks
 from blocklab.overrides import SECTIONS
 from blocklab.validate import choice
 
@@ -236,24 +239,9 @@ def _recipe(recipe) -> tuple[tuple[str, object], ...]:
 
 
 # The public blocks and their labels, in registry order, for what must answer without importing torch: the
-# command line's --help and argument errors, and the sweep presets. A test keeps it equal to the registry.
-PUBLIC_BLOCKS: dict[str, str] = {
-    "post-ln": "Post-LN",
-    "pre-ln": "Pre-LN",
-    "parallel": "parallel",
-    "deepnorm": "DeepNorm",
-    "ngpt": "nGPT",
-    "v-skipinit": "V-SkipInit",
-    "shaped-vp": "shaped value/projection",
-    "sas": "SAS",
-    "sas-p": "SAS-P",
-    "sas-p-nonorm": "SAS-P without norms",
-    "rezero": "ReZero",
-    "peri-ln": "Peri-LN",
-    "mix-ln": "Mix-LN",
-    "lns": "LayerNorm Scaling",
-    "op": "OP",
-}
+# command line's --help and argument errors, and the sweep presets. From block_table.py, which a test keeps
+# equal to the registry.
+PUBLIC_BLOCKS: dict[str, str] = {name: facts.label for name, facts in public_blocks().items()}
 
 
 class _Registry(dict):
@@ -261,7 +249,7 @@ class _Registry(dict):
     brings torch; the package no longer imports it at start-up (the command line answers --help without
     torch), so the first read of the registry imports the blocks. By name: this module sits below them."""
 
-    _loading = False
+    _loading = False  # True from the start of the blocks' import on, unless that import failed
 
     def _load(self) -> None:
         if not _Registry._loading:
@@ -324,6 +312,13 @@ class _Registry(dict):
 
 
 REGISTRY: dict[str, BlockSpec] = _Registry()
+
+
+def block_names() -> tuple[str, ...]:
+    """Every valid block name, in registry order, without importing the blocks (torch) to answer: until they
+    are imported nothing can be registered (register() imports them first), so the registry will hold exactly
+    the built-in blocks of block_table.py. A config's validation refuses a bad block name at once this way."""
+    return tuple(REGISTRY) if _Registry._loading else tuple(BUILTIN_BLOCKS)
 
 
 def register(name: str, **facts):

@@ -28,6 +28,7 @@ print("heavy:", ",".join(heavy) or "none", file=sys.stderr)
         ["--help"],
         ["nope"],
         ["train"],  # no --out: argparse's error
+        ["train", "--help"],  # the block table and the recipes come from block_table.py
         ["train", "--out", "x", "--resume", "--overwrite"],
         ["generate", "--help"],
         ["finetune", "--help"],
@@ -36,11 +37,42 @@ print("heavy:", ",".join(heavy) or "none", file=sys.stderr)
         ["bench", "--help"],
         ["check", "--help"],
         ["report", "--help"],
+        ["probe", "--help"],
     ],
 )
 def test_help_and_argument_errors_import_no_torch(argv):
     p = subprocess.run([sys.executable, "-c", NO_TORCH, *argv], capture_output=True, text=True, timeout=120)
     assert p.stderr.splitlines()[-1] == "heavy: none", p.stderr
+
+
+REFUSED = r"""
+import sys
+from blocklab.cli import main
+code = main(sys.argv[1:])
+print("heavy:", ",".join(sorted(m for m in ("torch", "triton") if m in sys.modules)) or "none")
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(
+    "setting, line",
+    [
+        (["--model.block", "nosuch"], "block='nosuch' is not valid; choose one of: post-ln, pre-ln, parallel,"),
+        (["--model.norm", "nosuch"], "norm='nosuch' is not valid; choose one of: rmsnorm, layernorm, dyt"),
+        (["--model.block", "ngpt", "--model.norm=nosuch"], "norm='nosuch' is not valid"),  # a block with a recipe
+    ],
+)
+def test_a_bad_block_or_norm_is_refused_in_one_line_without_torch(tmp_path, setting, line):
+    out = tmp_path / "run"
+    p = subprocess.run(
+        [sys.executable, "-c", REFUSED, "train", *setting, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and p.stdout == "heavy: none\n", p.stdout + p.stderr
+    assert p.stderr.splitlines() == [p.stderr.strip()] and p.stderr.startswith(f"blocklab train: error: {line}")
+    assert not out.exists()
 
 
 def test_importing_the_package_and_the_cli_imports_no_torch():

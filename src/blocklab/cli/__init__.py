@@ -1,9 +1,9 @@
 """`blocklab` command line: one module per subcommand, each with `add_parser(sub)` and `run(args) -> int`.
 
 Start-up imports nothing heavy: a subcommand module imports torch and the library inside its `run`, only the
-named subcommand's parser is built (some need torch for their help: probe's options, train's block
-table), and a help text that needs the library is a callable, computed only when the help is printed. So
-`blocklab --help` and argument errors answer at once, and a Ctrl-C at any point ends with one line.
+named subcommand's parser is built, and a help text that needs the library is a callable, computed only when
+the help is printed. So `blocklab --help` and argument errors answer at once, and a Ctrl-C at any point ends
+with one line.
 """
 
 from __future__ import annotations

@@ -39,12 +39,16 @@ def add_parser(sub) -> None:
 
 
 def _epilog() -> str:
-    """Every option and each block's equation and recipe: the blocks' own docstrings, so only for --help."""
-    from blocklab.training.config import describe_options, describe_recipes
+    """Every option, then each block's equation and recipe: from torch-free tables, computed only for --help."""
+    from blocklab.block_table import describe_blocks, describe_recipes
+    from blocklab.settings import help_text
+    from blocklab.training.config import SECTIONS
 
     return (
         "options (--SECTION.KEY VALUE, or --SECTION.KEY=VALUE):\n"
-        + describe_options()
+        + help_text(SECTIONS)
+        + "\n\n"
+        + describe_blocks()
         + "\n\nblock recipes (the paper's settings; the learning rate is always yours):\n"
         + describe_recipes()
     )
@@ -55,7 +59,6 @@ def run(args) -> int:
 
     from blocklab.cli import status
     from blocklab.training.config import load_config
-    from blocklab.training.trainer import train
 
     saved = Path(args.out) / "config.toml"
     # Resuming starts from the run's own resolved config, so values derived from the first
@@ -63,7 +66,15 @@ def run(args) -> int:
     # recipe values the run took, so the recipe is not applied to it again (the trainer keeps the list).
     from_saved = not args.config and args.resume and saved.is_file()
     base = saved if from_saved else (args.config or None)
+    if not from_saved:
+        # The run's own settings are checked first, without the recipe: looking a block's recipe up imports
+        # the blocks (torch, seconds), and a bad value (an unknown block or norm) is refused before that. A
+        # recipe fills only settings the run leaves unset, and no recipe's setting enters a cross-field check
+        # that the package default fails, so what this refuses the full load refuses too.
+        load_config(base, args.overrides)
     cfg = load_config(base, args.overrides, recipe=not from_saved)
+    from blocklab.training.trainer import train
+
     summary = train(
         cfg,
         args.out,

@@ -1,0 +1,124 @@
+"""The built-in blocks' facts that the command line needs before torch is imported: the names a config
+accepts, and what `blocklab train --help` prints (each block's equation, its gain defaults and its recipe).
+
+The block classes (blocks/) and their registry specs hold these facts too, and importing them imports torch
+(seconds). tests/test_block_table.py keeps this table equal to them, so the two cannot drift: a new block
+needs its line here as well as its `register(...)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BlockFacts:
+    """label, beta_ff, beta_sa, recipe, recipe_source: as the block's BlockSpec (registry.py) says;
+    equation: the first line of the block class's docstring; public: not an ablation (BlockSpec.public)."""
+
+    label: str
+    equation: str
+    public: bool = True
+    beta_ff: float | None = None
+    beta_sa: float | None = None
+    recipe: tuple[tuple[str, object], ...] = ()
+    recipe_source: str | None = None
+
+
+# Every built-in block, in registry order (the order of the messages that list them).
+BUILTIN_BLOCKS: dict[str, BlockFacts] = {
+    "post-ln": BlockFacts("Post-LN", "u = Norm(x + MHA(x)); y = Norm(u + MLP(u))."),
+    "pre-ln": BlockFacts("Pre-LN", "u = x + MHA(Norm(x)); y = u + MLP(Norm(u))."),
+    "parallel": BlockFacts("parallel", "y = x + MHA(Norm(x)) + MLP(Norm(x)), one shared norm."),
+    "deepnorm": BlockFacts(
+        "DeepNorm",
+        "x <- LN(alpha x + F(x)); Xavier-normal gain beta on W^V, W^P, W1, W2 (DeepNet eq. 6 and Table 1).",
+    ),
+    "ngpt": BlockFacts(
+        "nGPT",
+        "h <- Norm(h + alpha_A (Norm(Attn(h)) - h)); h <- Norm(h + alpha_M (Norm(MLP(h)) - h)) (nGPT eqs. 10-11).",
+        recipe=(("train.weight_decay", 0.0), ("train.warmup_steps", 0)),
+        recipe_source="Loshchilov et al. 2024, Sec. 2.6",
+    ),
+    "v-skipinit": BlockFacts(
+        "V-SkipInit",
+        "Attention matrix alpha I + beta A(X) (alpha=1, beta=0 at init) with W^V, W^P; MLP keeps its skip.",
+        beta_ff=0.1,
+    ),
+    "shaped-vp": BlockFacts(
+        "shaped value/projection",
+        "SAS with W^V, W^P kept as alpha_V I + beta_V dW, to watch beta_V / alpha_V during training.",
+        beta_ff=0.1,
+    ),
+    "sas": BlockFacts("SAS", "u = SAS(Norm(x)); y = u + beta_FF MLP(Norm(u)).", beta_ff=0.1),
+    "sas-p": BlockFacts(
+        "SAS-P",
+        "y = beta_SA SAS(Norm(x)) + beta_FF MLP(Norm(x)): no skip at all, one shared norm.",
+        beta_ff=0.1,
+        beta_sa=1.0,
+    ),
+    "sas-p-nonorm": BlockFacts(
+        "SAS-P without norms",
+        "sas-p without norms, except on the first block's input (and the model's final norm).",
+        beta_ff=0.1,
+        beta_sa=1.0,
+    ),
+    "softmax-noskip": BlockFacts(
+        "softmax-noskip",
+        "Ablation for rank collapse: u = A(Norm(x)) Norm(x), plain softmax attention and no skip.",
+        public=False,
+        beta_ff=0.1,
+    ),
+    "rezero": BlockFacts(
+        "ReZero",
+        "u = x + a MHA(x); y = u + a MLP(u), no norm, a trainable a = 0 at init (Bachlechner et al. 2020, eq. 5).",
+    ),
+    "peri-ln": BlockFacts(
+        "Peri-LN",
+        "u = x + Norm(MHA(Norm(x))); y = u + Norm(MLP(Norm(u))) (Kim et al. 2025, eq. 3; CogView's sandwich)",
+    ),
+    "mix-ln": BlockFacts(
+        "Mix-LN",
+        "Post-LN for the first floor(N/4) blocks, Pre-LN after them, then the final norm (Li et al. 2024, Sec. 3).",
+    ),
+    "lns": BlockFacts(
+        "LayerNorm Scaling", "Pre-LN with each norm's output scaled by 1/sqrt(l), l = 1..N (Sun et al. 2025, eq. 9)."
+    ),
+    "op": BlockFacts(
+        "OP",
+        "u = x + beta_SA MHA(x); y = u + beta_FF MLP(u), QK-norm, no pre-norms (He et al. 2024, Sec. 4).",
+        beta_ff=0.2,
+        beta_sa=0.2,
+    ),
+}
+
+
+def public_blocks() -> dict[str, BlockFacts]:
+    """The blocks of SPEC sections 2 and 2b, the ones --help lists, in registry order."""
+    return {name: facts for name, facts in BUILTIN_BLOCKS.items() if facts.public}
+
+
+def describe_blocks() -> str:
+    """One line per public block for --model.block: its name and its equation."""
+    lines = ["block table (--model.block): each block's equation"]
+    lines += [f"  {name:<13} {facts.equation}" for name, facts in public_blocks().items()]
+    return "\n".join(lines)
+
+
+def describe_recipes() -> str:
+    """One line per public block with a recipe: its settings as options, and the paper section they come from."""
+    return "\n".join(
+        f"  {name:<12} {', '.join(f'--{k} {v!r}' for k, v in facts.recipe)}  ({facts.recipe_source})"
+        for name, facts in public_blocks().items()
+        if facts.recipe
+    )
+
+
+def gain_default(gain: str) -> str:
+    """What model.beta_ff / beta_sa None stands for (`gain` is one of the two), for --help."""
+    by_value: dict = {}
+    for name, facts in public_blocks().items():
+        if getattr(facts, gain) is not None:
+            by_value.setdefault(getattr(facts, gain), []).append(name)
+    own = "; ".join(f"{v} for {', '.join(names)}" for v, names in by_value.items())
+    return f"the block's own ({own}; other blocks have no such gain)" if own else "the block's own"
