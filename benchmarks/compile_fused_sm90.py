@@ -87,10 +87,10 @@ def attrs(fn, sig, ints):
 
 
 KERNELS = {
-    "fwd": (fk._fwd, fk.FWD_TILES),
-    "rows": (fk._bwd_rows, [(fk.ROW_TILE, None, 4, 1)]),
-    "dkdv": (fk._bwd_dkdv, fk.DKDV_TILES),
-    "dq": (fk._bwd_dq, fk.DQ_TILES),
+    "fwd": (fk.fwd, fk.FWD_TILES),
+    "rows": (fk.bwd_rows, [(fk.ROW_TILE, None, 4, 1)]),
+    "dkdv": (fk.bwd_dkdv, fk.DKDV_TILES),
+    "dq": (fk.bwd_dq, fk.DQ_TILES),
 }
 DTYPES = {
     "bf16/fp32": {"q": "bf16", "v": "fp32", "out": "fp32"},

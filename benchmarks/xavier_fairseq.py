@@ -86,18 +86,21 @@ def overrides(args, bias: bool, seed: int) -> dict:
 
 def patch_init(mode: str) -> None:
     """Make `init_weights` draw q/k/v at gain 1 (`gain1`), or every Linear Xavier-normal gain 1 (`old`)."""
+    import dataclasses
+
     import torch.nn as nn
 
     import blocklab.model.model as lm
     import blocklab.model.seq2seq as s2s
+    from blocklab.layers import InitRule, Linear
     from blocklab.model import base
 
     original = base.init_weights
 
     def init(model, cfg):
         for m in model.modules():
-            if hasattr(m, "xavier_gain"):
-                m.xavier_gain = 1.0
+            if isinstance(m, Linear) and m.weight_init.rule is InitRule.CONFIG:  # fairseq's q/k/v gain
+                m.weight_init = dataclasses.replace(m.weight_init, gain=1.0)
         if mode == "old":
             uniform = nn.init.xavier_uniform_
             nn.init.xavier_uniform_ = lambda w, gain=1.0: nn.init.xavier_normal_(w, gain=gain)

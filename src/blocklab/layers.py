@@ -1,6 +1,10 @@
-"""The small layers every block shares: norms, the MLP and trainable gains."""
+"""The small layers every block shares: norms, the MLP, trainable gains and the Linear that says how it
+starts."""
 
 from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -52,13 +56,53 @@ def l2_normalise(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return F.normalize(x, dim=dim, eps=1e-12)
 
 
+class InitRule(enum.Enum):
+    """How model.base.init_weights draws a Linear's weight."""
+
+    CONFIG = "config"  # the config's `init`: N(0, 0.02^2) under "normal", Xavier-uniform at the gain under "xavier"
+    ZEROS = "zeros"  # zero under either init (shaped attention's W^Q, the dW of I + dW)
+    XAVIER_NORMAL = "xavier_normal"  # Xavier-normal at the gain under either init (DeepNorm's)
+
+
+@dataclass(frozen=True)
+class WeightInit:
+    """A Linear's initialisation as its module declares it (`Linear.weight_init`); the bias, if any, always
+    starts at zero. `gain` is Xavier's gain where the rule draws Xavier (it is unused otherwise)."""
+
+    rule: InitRule = InitRule.CONFIG
+    gain: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rule, InitRule):
+            raise ValueError(f"WeightInit rule={self.rule!r} is not valid; give an InitRule")
+
+
+DEFAULT_INIT = WeightInit()  # what every plain nn.Linear gets
+
+
+class Linear(nn.Linear):
+    """nn.Linear that declares how init_weights starts it (`weight_init`); a plain nn.Linear starts as
+    DEFAULT_INIT says. A block that needs another start than the one its sub-layer declares (DeepNorm)
+    assigns `weight_init` before init_weights runs. The constructor draws what nn.Linear's draws, so
+    building one instead of an nn.Linear leaves the random stream as it was."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, weight_init: WeightInit = DEFAULT_INIT):
+        super().__init__(in_features, out_features, bias=bias)
+        self.weight_init = weight_init
+
+
+def weight_init_of(linear: nn.Linear) -> WeightInit:
+    """How init_weights starts `linear`: its declared WeightInit, DEFAULT_INIT for a plain nn.Linear."""
+    return linear.weight_init if isinstance(linear, Linear) else DEFAULT_INIT
+
+
 class MLP(nn.Module):
     """MLP(x) = W2 act(W1 x)."""
 
     def __init__(self, d: int, d_ff: int, activation: str, bias: bool = False):
         super().__init__()
-        self.fc1 = nn.Linear(d, d_ff, bias=bias)
-        self.fc2 = nn.Linear(d_ff, d, bias=bias)
+        self.fc1 = Linear(d, d_ff, bias=bias)
+        self.fc2 = Linear(d_ff, d, bias=bias)
         self.act = nn.ReLU() if activation == "relu" else nn.GELU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

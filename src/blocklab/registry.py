@@ -131,8 +131,10 @@ class BlockSpec:
     tasks        the tasks it is offered for; None: every task of config.TASKS, translation only with a
                  decoder. "translation" in tasks if and only if decoder is set.
     options      which of SPEC 2b's options apply: "dyt" (norm="dyt" replaces its norm layers), "qk_norm"
-    sphere       nGPT's unit-sphere model: the embeddings are re-normalised after every optimizer step and the
-                 logits get a trainable scale s_z per vocabulary entry (model/base.py)
+    sphere       nGPT's unit-sphere model: every hidden state lies on the unit sphere (the probes' prediction of
+                 the hidden-state norm, probes/predictions.py)
+    model_hooks  what the block asks of the token model around it beyond its stack (an output-head parameter, a
+                 re-normalisation after each optimizer step): a blocks.hooks.ModelHooks, None: nothing
     predictions  what the papers predict at init (Predictions)
     recipe       the block paper's training settings, as ("section.option", value) pairs ("train.weight_decay",
                  0.0): only what the paper states as part of its method and that differs from the package's
@@ -155,6 +157,7 @@ class BlockSpec:
     tasks: tuple[str, ...] | None = None
     options: tuple[str, ...] = OPTIONS
     sphere: bool = False
+    model_hooks: object | None = None  # a blocks.hooks.ModelHooks: blocks sit above the registry
     predictions: Predictions = Predictions()
     recipe: tuple[tuple[str, object], ...] = ()
     recipe_source: str | None = None

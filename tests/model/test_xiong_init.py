@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from blocklab import ModelConfig, build_model
+from blocklab.layers import weight_init_of
 
 D = 128
 
@@ -28,7 +29,7 @@ def lemma_init(model):
     the query, key and value projections at gain 1/sqrt(2); here they are redrawn at gain 1."""
     with torch.no_grad():
         for m in model.modules():
-            if getattr(m, "xavier_gain", 1.0) != 1.0:
+            if isinstance(m, torch.nn.Linear) and weight_init_of(m).gain != 1.0:
                 torch.nn.init.xavier_uniform_(m.weight)
     return model
 

@@ -72,7 +72,7 @@ def _forward_impl(
     lse = q.new_empty(B, H, T, dtype=torch.float32)
     km, cnt = (key_mask, counts) if key_mask is not None else (lse, lse)  # unread placeholders
     grid = lambda meta: (triton.cdiv(T, meta["BM"]), B * H)  # noqa: E731
-    wrap_triton(fk._fwd)[grid](
+    wrap_triton(fk.fwd)[grid](
         q,
         k,
         v,
@@ -122,15 +122,15 @@ def _backward_impl(
     n_rows = triton.cdiv(T, fk.ROW_TILE)
     delta = torch.empty_like(lse)
     d_beta = lse.new_empty(B * H, n_rows)
-    wrap_triton(fk._bwd_rows)[(n_rows, B * H)](
+    wrap_triton(fk.bwd_rows)[(n_rows, B * H)](
         dout, att, beta, delta, d_beta, *dout.stride()[:3], H, T, n_rows, D=D, BD=m["BD"], BM=fk.ROW_TILE
     )
-    # Per key row, every row written by whichever tile size runs (see _bwd_dkdv): never stale.
+    # Per key row, every row written by whichever tile size runs (see bwd_dkdv): never stale.
     d_alpha = lse.new_empty(B * H, T)
     d_gamma = lse.new_zeros(B * H, T) if gamma is None else lse.new_empty(B * H, T)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     gc = gamma if gamma is not None else alpha
-    wrap_triton(fk._bwd_dkdv)[lambda meta: (triton.cdiv(T, meta["BN"]), B * H)](
+    wrap_triton(fk.bwd_dkdv)[lambda meta: (triton.cdiv(T, meta["BN"]), B * H)](
         q,
         k,
         v,
@@ -162,7 +162,7 @@ def _backward_impl(
         QK_SCALE=m["QK"],
         **flags,
     )
-    wrap_triton(fk._bwd_dq)[lambda meta: (triton.cdiv(T, meta["BM"]), B * H)](
+    wrap_triton(fk.bwd_dq)[lambda meta: (triton.cdiv(T, meta["BM"]), B * H)](
         q,
         k,
         v,

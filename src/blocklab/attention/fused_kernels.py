@@ -121,7 +121,7 @@ if triton is not None:
     # fmt: off
     @triton.autotune(configs=_configs(FWD_TILES), key=TUNE_KEY)
     @triton.jit
-    def _fwd(Q, K, V, KM, CNT, GA, GB, GC, OUT, ATT, LSE,
+    def fwd(Q, K, V, KM, CNT, GA, GB, GC, OUT, ATT, LSE,
              sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, skmb, H, T, T_BUCKET,
              D: tl.constexpr, BD: tl.constexpr, QK_SCALE: tl.constexpr, CAUSAL: tl.constexpr,
              HAS_MASK: tl.constexpr, HAS_GAMMA: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
@@ -173,7 +173,7 @@ if triton is not None:
 
     # fmt: off
     @triton.jit
-    def _bwd_rows(DO, ATT, GB, DELTA, DBETA, sdob, sdoh, sdot, H, T, NT,
+    def bwd_rows(DO, ATT, GB, DELTA, DBETA, sdob, sdoh, sdot, H, T, NT,
                   D: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr):
         # fmt: on
         """delta_i = beta <dO_i, (A V)_i> (flash attention's row term) and this tile's part of d_beta."""
@@ -217,7 +217,7 @@ if triton is not None:
     # fmt: off
     @triton.autotune(configs=_configs(DKDV_TILES), key=TUNE_KEY)
     @triton.jit
-    def _bwd_dkdv(Q, K, V, KM, CNT, DO, LSE, DELTA, GA, GB, GC, DK, DV, DALPHA, DGAMMA,
+    def bwd_dkdv(Q, K, V, KM, CNT, DO, LSE, DELTA, GA, GB, GC, DK, DV, DALPHA, DGAMMA,
                   sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdob, sdoh, sdot, skmb,
                   sdkb, sdkh, sdkt, sdvb, sdvh, sdvt, H, T, T_BUCKET,
                   D: tl.constexpr, BD: tl.constexpr, SM_SCALE: tl.constexpr, QK_SCALE: tl.constexpr,
@@ -305,7 +305,7 @@ if triton is not None:
     # fmt: off
     @triton.autotune(configs=_configs(DQ_TILES), key=TUNE_KEY)
     @triton.jit
-    def _bwd_dq(Q, K, V, KM, DO, LSE, DELTA, GB, DQ, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+    def bwd_dq(Q, K, V, KM, DO, LSE, DELTA, GB, DQ, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
                 sdob, sdoh, sdot, skmb, sdqb, sdqh, sdqt, H, T, T_BUCKET,
                 D: tl.constexpr, BD: tl.constexpr, SM_SCALE: tl.constexpr, QK_SCALE: tl.constexpr,
                 CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, HAS_GAMMA: tl.constexpr,

@@ -8,7 +8,7 @@ import torch.nn as nn
 from blocklab.attention.centring import centred_mean, centring_matrix
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
 from blocklab.config import ModelConfig
-from blocklab.layers import RMSNorm, gain
+from blocklab.layers import InitRule, Linear, RMSNorm, WeightInit, gain
 
 
 def _fused():
@@ -105,10 +105,10 @@ class MultiHeadAttention(nn.Module):
         d = cfg.d_model
         self.cfg = cfg
         self.causal = cfg.causal if causal is None else causal
-        self.q, self.k, self.v, self.proj = (nn.Linear(d, d, bias=cfg.bias) for _ in range(4))
         # init="xavier" (fairseq's MultiheadAttention): the query, key and value projections at gain 1/sqrt(2).
-        for lin in (self.q, self.k, self.v):
-            lin.xavier_gain = 2**-0.5
+        qkv = WeightInit(gain=2**-0.5)
+        self.q, self.k, self.v = (Linear(d, d, bias=cfg.bias, weight_init=qkv) for _ in range(3))
+        self.proj = Linear(d, d, bias=cfg.bias)
         self.qk_norm = make_qk_norm(cfg, always=qk_norm)  # qk_norm=True: the block always has it (op)
 
     @property
@@ -159,8 +159,7 @@ class IdentityPlus(nn.Module):
 
     def __init__(self, d: int, alpha: float | None = None, beta: float | None = None):
         super().__init__()
-        self.dW = nn.Linear(d, d, bias=False)
-        self.dW.zero_init = True
+        self.dW = Linear(d, d, bias=False, weight_init=WeightInit(InitRule.ZEROS))
         self.alpha = gain(alpha) if alpha is not None else None
         self.beta = gain(beta) if beta is not None else None
 
@@ -182,8 +181,8 @@ class ShapedAttention(nn.Module):
         super().__init__()
         d, H = cfg.d_model, cfg.n_heads
         self.cfg = cfg
-        self.q, self.k = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
-        self.q.zero_init = zero_query
+        self.q = Linear(d, d, bias=False, weight_init=WeightInit(InitRule.ZEROS if zero_query else InitRule.CONFIG))
+        self.k = nn.Linear(d, d, bias=False)
         self.alpha, self.beta = gain(alpha, H), gain(beta, H)
         self.gamma = gain(gamma, H) if gamma is not None else None
         self.value, self.proj = value, proj

@@ -1,7 +1,9 @@
 """Block registry. `BLOCKS` lists the user-facing names of SPEC.md sections 2 and 2b; `REGISTRY` maps
-every block name (ablations included) to its `BlockSpec`, which every other module reads."""
+every block name (ablations included) to its `BlockSpec`, which every other module reads; `model_hooks`
+gives what a block asks of the token model around it (blocks/hooks.py)."""
 
 from blocklab.blocks import classic, deepnorm, ngpt, simplified, successors  # noqa: F401  (registers the blocks)
+from blocklab.blocks.hooks import NO_HOOKS, ModelHooks, model_hooks
 from blocklab.registry import (
     FAMILIES,
     HIDDEN_NORM_LAWS,
@@ -19,10 +21,13 @@ __all__ = [
     "BLOCKS",
     "FAMILIES",
     "HIDDEN_NORM_LAWS",
+    "NO_HOOKS",
     "REGISTRY",
     "BlockSpec",
+    "ModelHooks",
     "Predictions",
     "block_recipe",
+    "model_hooks",
     "register",
     "unregister",
 ]

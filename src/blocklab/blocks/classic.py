@@ -18,7 +18,10 @@ from blocklab.layers import MLP, Dropout, norm_layer
 from blocklab.registry import Predictions, register
 
 
-class _Classic(nn.Module):
+class ClassicBlock(nn.Module):
+    """The sub-layers of a block built from softmax attention, an MLP and `n_norms` norms (the classic
+    blocks, DeepNorm, Peri-LN, Mix-LN, LNS); the subclass's forward arranges them."""
+
     def __init__(self, cfg: ModelConfig, layer: int, n_norms: int):
         super().__init__()
         self.attn = MultiHeadAttention(cfg)
@@ -56,7 +59,7 @@ class PreLNDecoderBlock(DecoderBlock):
         last_ffn_source="Xiong et al. Thm 1: Post-LN constant in L",
     ),
 )
-class PostLN(_Classic):
+class PostLN(ClassicBlock):
     """u = Norm(x + MHA(x)); y = Norm(u + MLP(u))."""
 
     def __init__(self, cfg, layer):
@@ -82,7 +85,7 @@ class PostLN(_Classic):
         last_ffn_source="Xiong et al. Thm 1: Pre-LN ~ 1/sqrt(L)",
     ),
 )
-class PreLN(_Classic):
+class PreLN(ClassicBlock):
     """u = x + MHA(Norm(x)); y = u + MLP(Norm(u))."""
 
     def __init__(self, cfg, layer):
@@ -106,7 +109,7 @@ class PreLN(_Classic):
         last_ffn_source="Xiong et al. Thm 1 argument (residual norm ~ L): ~ 1/sqrt(L)",
     ),
 )
-class Parallel(_Classic):
+class Parallel(ClassicBlock):
     """y = x + MHA(Norm(x)) + MLP(Norm(x)), one shared norm."""
 
     def __init__(self, cfg, layer):

@@ -23,11 +23,10 @@ final norm, as Post-LN.
 
 from __future__ import annotations
 
-import torch.nn as nn
-
-from blocklab.blocks.classic import _Classic
+from blocklab.blocks.classic import ClassicBlock
 from blocklab.blocks.decoder import DecoderBlock
 from blocklab.config import ModelConfig
+from blocklab.layers import InitRule, Linear, WeightInit
 from blocklab.registry import Predictions, register
 
 
@@ -42,10 +41,12 @@ def deepnorm_constants(cfg: ModelConfig, side: str = "encoder") -> tuple[float, 
     return 0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)
 
 
-def xavier_normal(beta: float, *linears: nn.Linear) -> None:
-    """Mark Linears to start Xavier-normal at gain `beta` (model.base.init_weights reads the mark)."""
+def xavier_normal(beta: float, *linears: Linear) -> None:
+    """Declare Linears to start Xavier-normal at gain `beta` (model.base.init_weights draws them so)."""
     for lin in linears:
-        lin.xavier_normal_gain = beta
+        if not isinstance(lin, Linear):  # a plain nn.Linear declares nothing: init_weights would ignore beta
+            raise TypeError(f"DeepNorm's init needs a blocklab.layers.Linear, got {type(lin).__name__}")
+        lin.weight_init = WeightInit(InitRule.XAVIER_NORMAL, beta)
 
 
 class DeepNormDecoderBlock(DecoderBlock):
@@ -80,7 +81,7 @@ class DeepNormDecoderBlock(DecoderBlock):
         bounded_update_source="DeepNet Thm 4.1: the model update is O(1) in depth",
     ),
 )
-class DeepNorm(_Classic):
+class DeepNorm(ClassicBlock):
     """x <- LN(alpha x + F(x)); Xavier-normal gain beta on W^V, W^P, W1, W2 (DeepNet eq. 6 and Table 1)."""
 
     def __init__(self, cfg, layer):

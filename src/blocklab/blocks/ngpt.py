@@ -5,8 +5,9 @@ towards each sub-layer's (normalised) output by a learned per-dimension step (eq
     h <- Norm(h + alpha_A (Norm(Attn(h)) - h));    h <- Norm(h + alpha_M (Norm(MLP(h)) - h))
 
 Norm is L2 normalisation. Attention: q = s_qk Norm(q_h), k = s_qk Norm(k_h) per head, softmax scale
-sqrt(d_h) (eq. 15-16). MLP: SwiGLU with u = s_u (W_u h), v = s_v sqrt(d) (W_v h) (eq. 20-21). The model
-adds a logit scale s_z per vocabulary entry and re-normalises its embeddings (model/base.py).
+sqrt(d_h) (eq. 15-16). MLP: SwiGLU with u = s_u (W_u h), v = s_v sqrt(d) (W_v h) (eq. 20-21). The token
+model adds a logit scale s_z per vocabulary entry and re-normalises its embeddings through the block's
+hooks (`SphereHooks` below, blocks/hooks.py).
 
 Stored scalings, as in the authors' code (NVIDIA/ngpt, model.py): a trainable vector is kept at
 `init_scaling` and multiplied by `init_value / init_scaling` when used, so that Adam's step on it has
@@ -34,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from blocklab.attention.functional import merge_heads, softmax_attention, split_heads
+from blocklab.blocks.hooks import ModelHooks
 from blocklab.config import ModelConfig
 from blocklab.layers import Scale, l2_normalise
 from blocklab.registry import Predictions, register
@@ -95,6 +97,27 @@ class NormalisedMLP(nn.Module):
         _normalise_rows(self.fc2, dim=0)
 
 
+class SphereHooks(ModelHooks):
+    """nGPT's side of the token model: logits = s_z * (h W^T), s_z stored at 1/sqrt(d) and used times
+    sqrt(d) (its checkpoint name is `s_z.s`); after init and after every optimizer step the matrices go
+    back on the unit sphere, the token embedding and an untied head by rows."""
+
+    head_params = ("s_z",)
+
+    def add_head(self, model, cfg) -> None:
+        model.s_z = Scale(cfg.vocab_size, 1.0, cfg.d_model**-0.5)
+
+    def head_weight(self, model, w):
+        return w * model.s_z()[:, None]
+
+    def after_update(self, model) -> None:
+        for m in model.modules():
+            if isinstance(m, (NormalisedAttention, NormalisedMLP)):
+                m.renormalise()
+        for w in model.token_matrices():
+            w.copy_(F.normalize(w, dim=1))
+
+
 @register(
     "ngpt",
     label="nGPT",
@@ -104,6 +127,7 @@ class NormalisedMLP(nn.Module):
     has_norms=False,
     options=(),
     sphere=True,
+    model_hooks=SphereHooks(),
     recipe=(("train.weight_decay", 0.0), ("train.warmup_steps", 0)),
     recipe_source="Loshchilov et al. 2024, Sec. 2.6",
     predictions=Predictions(hidden_norm="sphere", hidden_norm_source="nGPT: every block ends with Norm, |h_l| = 1"),

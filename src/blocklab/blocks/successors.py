@@ -15,7 +15,7 @@ import math
 import torch.nn as nn
 
 from blocklab.attention import MultiHeadAttention
-from blocklab.blocks.classic import _Classic
+from blocklab.blocks.classic import ClassicBlock
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, Dropout, gain, norm_layer
 from blocklab.registry import Predictions, register
@@ -62,7 +62,7 @@ class ReZero(nn.Module):
         hidden_norm_source="Peri-LN: each sub-layer adds a unit-gain Norm's output, d, to a normed input",
     ),
 )
-class PeriLN(_Classic):
+class PeriLN(ClassicBlock):
     """u = x + Norm(MHA(Norm(x))); y = u + Norm(MLP(Norm(u))) (Kim et al. 2025, eq. 3; CogView's sandwich);
     the first block also normalises the embedding (the paper's optional y_0 = Norm(x_embed), kept here)."""
 
@@ -77,7 +77,7 @@ class PeriLN(_Classic):
 
 
 @register("mix-ln", label="Mix-LN", family="successor", colour="#98df8a", dropout=True)
-class MixLN(_Classic):
+class MixLN(ClassicBlock):
     """Post-LN for the first floor(N/4) blocks, Pre-LN after them, then the final norm (Li et al. 2024, Sec. 3)."""
 
     def __init__(self, cfg, layer):
@@ -93,7 +93,7 @@ class MixLN(_Classic):
 
 
 @register("lns", label="LayerNorm Scaling", family="successor", colour="#c5b0d5", dropout=True)
-class LNS(_Classic):
+class LNS(ClassicBlock):
     """Pre-LN with each norm's output scaled by 1/sqrt(l), l = 1..N (Sun et al. 2025, eq. 9)."""
 
     def __init__(self, cfg, layer):

@@ -22,13 +22,15 @@ VAL_MASK_SEED = 0  # validation masks ignore the training seed: runs compare on 
 _CLM_OFFSETS, _MLM_ROWS, _MLM_MASKS, _VAL_MASKS = 0, 1, 2, 3
 
 
-def _check_int(name: str, value, lo: int) -> None:
+def check_int(name: str, value, lo: int) -> None:
+    """ConfigError unless `value` is an integer (not a bool) >= lo."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
         raise ConfigError(f"{name}={value!r} is invalid: expected an integer >= {lo}")
 
 
-def _rng(seed: int, step: int, stream: int) -> np.random.Generator:
-    _check_int("step", step, 0)
+def stream_rng(seed: int, step: int, stream: int) -> np.random.Generator:
+    """The generator of the random stream `stream` at (seed, step): a batch is a pure function of the three."""
+    check_int("step", step, 0)
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(step), stream])))
 
 
@@ -37,8 +39,9 @@ def _torch_generator(seed: int, step: int, stream: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state) >> 1)
 
 
-def _shard(batch_size: int, rank: int, world_size: int) -> slice:
-    _check_int("world_size", world_size, 1)
+def rank_rows(batch_size: int, rank: int, world_size: int) -> slice:
+    """The rows of a global batch that process `rank` of `world_size` takes (equal consecutive shares)."""
+    check_int("world_size", world_size, 1)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
         raise ConfigError(f"rank={rank!r} is invalid: expected an integer in [0, {world_size - 1}]")
     if batch_size % world_size:
@@ -53,9 +56,9 @@ class ClmBatches:
     label at position t is the token after input t, so the model does not shift."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int):
-        _check_int("seq_len", seq_len, 1)
-        _check_int("batch_size", batch_size, 1)
-        _check_int("seed", seed, 0)
+        check_int("seq_len", seq_len, 1)
+        check_int("batch_size", batch_size, 1)
+        check_int("seed", seed, 0)
         if np.ndim(tokens) != 1:
             raise ValueError(f"tokens must be a 1-D array, got shape {np.shape(tokens)}")
         if len(tokens) < seq_len + 1:
@@ -73,9 +76,9 @@ class ClmBatches:
         return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 
     def get(self, step: int, rank: int = 0, world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = _shard(self.batch_size, rank, world_size)
+        rows = rank_rows(self.batch_size, rank, world_size)
         # Draw the whole global batch, then slice: every rank agrees on it.
-        offsets = _rng(self.seed, step, _CLM_OFFSETS).integers(0, self.n_offsets, size=self.batch_size)
+        offsets = stream_rng(self.seed, step, _CLM_OFFSETS).integers(0, self.n_offsets, size=self.batch_size)
         return self._windows(offsets[rows])
 
     @property
@@ -136,10 +139,10 @@ class MlmBatches:
     def __init__(
         self, tokens, doc_starts, seq_len, batch_size, seed, mask_prob, mask_id, pad_id, vocab_size, special_ids
     ):
-        _check_int("seq_len", seq_len, 1)
-        _check_int("batch_size", batch_size, 1)
-        _check_int("seed", seed, 0)
-        _check_int("vocab_size", vocab_size, 1)
+        check_int("seq_len", seq_len, 1)
+        check_int("batch_size", batch_size, 1)
+        check_int("seed", seed, 0)
+        check_int("vocab_size", vocab_size, 1)
         if isinstance(mask_prob, bool) or not isinstance(mask_prob, (int, float)) or not 0 < mask_prob <= 1:
             raise ConfigError(f"mask_prob={mask_prob!r} is invalid: expected a number in (0, 1]")
         specials = set(int(i) for i in special_ids) | {int(mask_id), int(pad_id)}
@@ -183,10 +186,10 @@ class MlmBatches:
         return masked, labels, attn
 
     def get(self, step: int, rank: int = 0, world_size: int = 1):
-        rows = _shard(self.batch_size, rank, world_size)
+        rows = rank_rows(self.batch_size, rank, world_size)
         # Masks are drawn for the whole global batch (cheap) so that a row's mask does not
         # depend on which rank holds it.
-        chunks = _rng(self.seed, step, _MLM_ROWS).integers(0, self.n_chunks, size=self.batch_size)
+        chunks = stream_rng(self.seed, step, _MLM_ROWS).integers(0, self.n_chunks, size=self.batch_size)
         masked, labels, attn = self._masked(chunks, _torch_generator(self.seed, step, _MLM_MASKS))
         return masked[rows], labels[rows], attn[rows]
 

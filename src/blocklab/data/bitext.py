@@ -101,20 +101,20 @@ def read_jsonl(path: Path, src: str, tgt: str) -> ParallelText:
 
 def read_hf(cfg: DataConfig) -> ParallelText:
     """A `datasets` dataset (local files or folder, or a hub name) through the hf: loaders of data/hf.py."""
-    from blocklab.data.hf import _hub_loader, _local_loader, _short
+    from blocklab.data.hf import hub_loader, local_loader, short_error
 
     spec = cfg.source[3:].strip()
     if not spec:
         raise UserError("data source 'hf:' needs a dataset name or a path, e.g. hf:data/train.parquet")
     key = "translation" if cfg.text_field == "text" else cfg.text_field
-    local = _local_loader(spec, cfg)
-    load, fingerprint = local if local is not None else _hub_loader(spec, cfg)
+    local = local_loader(spec, cfg)
+    load, fingerprint = local if local is not None else hub_loader(spec, cfg)
     try:
         ds = load()
     except UserError:
         raise
     except Exception as e:  # datasets, fsspec and pyarrow raise many kinds: all mean "cannot load it"
-        raise UserError(f"data source hf:{spec}: cannot load it with `datasets` ({_short(e)})") from None
+        raise UserError(f"data source hf:{spec}: cannot load it with `datasets` ({short_error(e)})") from None
     if hasattr(ds, "keys") and not hasattr(ds, "column_names"):  # a DatasetDict from save_to_disk
         if cfg.split not in ds:
             raise UserError(f"data source hf:{spec} has no split {cfg.split!r} (splits: {', '.join(ds)})")

@@ -178,15 +178,15 @@ def _hf_tables(spec: str, hf_config: str | None, task, cache_dir) -> tuple[_Tabl
     """The train and validation splits of a local path or a hub name, through `datasets`."""
     import datasets
 
-    from blocklab.data.hf import BUILDERS, _load_from_disk, _short
+    from blocklab.data.hf import BUILDERS, load_from_disk, short_error
 
     path, hub = Path(spec).expanduser(), False
     try:
         if (path / "dataset_dict.json").exists():  # open only the splits we read: an empty one cannot be opened
             names = [n for n in ("train", *VAL_SPLITS) if (path / n / "state.json").exists()]
-            ds = {n: _load_from_disk(path / n, spec, DataConfig(source=f"hf:{spec}", split=n)) for n in names}
+            ds = {n: load_from_disk(path / n, spec, DataConfig(source=f"hf:{spec}", split=n)) for n in names}
         elif (path / "state.json").exists():
-            ds = _load_from_disk(path, spec, DataConfig(source=f"hf:{spec}"))  # says "split 'train' is empty"
+            ds = load_from_disk(path, spec, DataConfig(source=f"hf:{spec}"))  # says "split 'train' is empty"
         elif path.is_dir():
             ds = datasets.load_dataset(str(path), cache_dir=cache_dir)
         elif path.is_file() and path.suffix.lower() in BUILDERS:
@@ -205,7 +205,7 @@ def _hf_tables(spec: str, hf_config: str | None, task, cache_dir) -> tuple[_Tabl
         raise
     except Exception as e:  # datasets, huggingface_hub, fsspec, pyarrow raise many kinds: all mean "cannot load"
         how = "from the Hugging Face hub or from `datasets`' cache" if hub else "with `datasets`"
-        raise UserError(f"data source hf:{spec}: cannot load it {how} ({_short(e)})") from None
+        raise UserError(f"data source hf:{spec}: cannot load it {how} ({short_error(e)})") from None
     splits = dict(ds) if isinstance(ds, dict) else {"train": ds}  # a DatasetDict is a dict
     if "train" not in splits:
         listed = f" (splits: {', '.join(splits)})" if splits else ""

@@ -37,7 +37,8 @@ READ_BATCH_ROWS = 1000
 HUB_TIMEOUT_S = 30
 
 
-def _short(e: BaseException) -> str:
+def short_error(e: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
 
@@ -57,10 +58,11 @@ def _files_under(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")]
 
 
-def _load_from_disk(path: Path, spec: str, cfg: DataConfig):
+def load_from_disk(path: Path, spec: str, cfg: DataConfig):
+    """A `save_to_disk` folder through datasets.load_from_disk; an empty split is a UserError that says so."""
     import datasets
 
-    # An empty split is saved with no data shard, which load_from_disk cannot open.
+    # An empty split is saved with no data shard, which datasets.load_from_disk cannot open.
     state = (path / cfg.split if (path / "dataset_dict.json").exists() else path) / "state.json"
     try:
         shards = json.loads(state.read_text()).get("_data_files")
@@ -71,13 +73,13 @@ def _load_from_disk(path: Path, spec: str, cfg: DataConfig):
     return datasets.load_from_disk(str(path))
 
 
-def _local_loader(spec: str, cfg: DataConfig):
+def local_loader(spec: str, cfg: DataConfig):
     """(loader, fingerprint) for a local path or glob, or None if `spec` is not local."""
     import datasets
 
     path = Path(spec).expanduser()
     if path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists()):
-        return lambda: _load_from_disk(path, spec, cfg), _hash_files(_files_under(path), path)
+        return lambda: load_from_disk(path, spec, cfg), _hash_files(_files_under(path), path)
     if any(c in spec for c in "*?["):
         files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
         if not files:
@@ -114,14 +116,15 @@ def _local_loader(spec: str, cfg: DataConfig):
     )
 
 
-def _hub_loader(name: str, cfg: DataConfig):
+def hub_loader(name: str, cfg: DataConfig):
+    """(loader, fingerprint) for a hub dataset name, pinned to the commit the hub reports now."""
     from huggingface_hub import HfApi
 
     try:
         revision = HfApi().dataset_info(name, timeout=HUB_TIMEOUT_S).sha
     except Exception as e:  # no network, offline mode, unknown or gated name: all mean "cannot read it"
         raise UserError(
-            f"data source hf:{name}: cannot reach this dataset on the Hugging Face hub ({_short(e)})"
+            f"data source hf:{name}: cannot reach this dataset on the Hugging Face hub ({short_error(e)})"
         ) from None
     import datasets
 
@@ -142,7 +145,7 @@ def _open_dataset(load: Callable, spec: str, cfg: DataConfig):
     except Exception as e:  # datasets, fsspec and pyarrow raise many kinds: all mean "cannot load it"
         if "corresponds to no data" in str(e):  # datasets' words for a split without rows
             raise UserError(f"data source hf:{spec}: split {cfg.split!r} is empty") from None
-        raise UserError(f"data source hf:{spec}: cannot load it with `datasets` ({_short(e)})") from None
+        raise UserError(f"data source hf:{spec}: cannot load it with `datasets` ({short_error(e)})") from None
     if isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):  # save_to_disk of a DatasetDict
         if cfg.split not in ds:
             raise UserError(
@@ -178,8 +181,8 @@ def hf_stream(cfg: DataConfig, log: Callable) -> DocStream:
     spec = cfg.source[3:].strip()
     if not spec:
         raise UserError("data source 'hf:' needs a dataset name or a path, e.g. hf:wikitext or hf:data/train.parquet")
-    local = _local_loader(spec, cfg)
-    load, fingerprint = local if local is not None else _hub_loader(spec, cfg)
+    local = local_loader(spec, cfg)
+    load, fingerprint = local if local is not None else hub_loader(spec, cfg)
     settings = {"text_field": cfg.text_field, "split": cfg.split, "hf_config": cfg.hf_config if local is None else None}
     field, state = cfg.text_field, {}
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from blocklab.data.batches import _check_int, _rng, _shard
+from blocklab.data.batches import check_int, rank_rows, stream_rng
 from blocklab.data.examples import Example
 from blocklab.errors import UserError
 from blocklab.tokens import EOD_ID, PAD_ID
@@ -118,8 +118,8 @@ class LabelledBatches:
     def __init__(self, data: Encoded, batch_size: int, seed: int, what: str = "training", pad_to: int | None = None):
         """pad_to: every batch padded to this length (a compiled model sees one shape, not one per
         batch, which would recompile it); None: to the batch's longest example."""
-        _check_int("batch_size", batch_size, 1)
-        _check_int("seed", seed, 0)
+        check_int("batch_size", batch_size, 1)
+        check_int("seed", seed, 0)
         if not data.ids:
             raise UserError(f"the {what} split has no examples that fit the model's sequence length")
         self.data, self.batch_size, self.seed, self.pad_to = data, batch_size, seed, pad_to
@@ -135,12 +135,12 @@ class LabelledBatches:
         return ids, mask, torch.from_numpy(self.data.labels[index])
 
     def get(self, step: int, rank: int = 0, world_size: int = 1):
-        rows = _shard(self.batch_size, rank, world_size)
+        rows = rank_rows(self.batch_size, rank, world_size)
         p = step * self.batch_size + np.arange(self.batch_size)
         epochs, pos = p // self.n, p % self.n
         index = np.empty(self.batch_size, dtype=np.int64)
         for e in np.unique(epochs):  # one epoch, or two where the batch crosses the end of one
-            perm = _rng(self.seed, int(e), _EPOCH_ORDER).permutation(self.n)
+            perm = stream_rng(self.seed, int(e), _EPOCH_ORDER).permutation(self.n)
             index[epochs == e] = perm[pos[epochs == e]]
         return self._batch(index[rows])
 

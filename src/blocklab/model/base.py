@@ -8,11 +8,10 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from blocklab.blocks import REGISTRY
+from blocklab.blocks import REGISTRY, model_hooks
 from blocklab.config import ModelConfig
-from blocklab.layers import Scale, norm_layer
+from blocklab.layers import InitRule, norm_layer, weight_init_of
 from blocklab.model.loss import chunked_cross_entropy
 
 
@@ -27,30 +26,32 @@ def sinusoidal(T: int, d: int) -> torch.Tensor:
 @torch.no_grad()
 def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     """`normal`: std 0.02 everywhere (He & Hofmann). `xavier`: Xiong et al.'s code (fairseq): every Linear
-    Xavier-uniform at the gain in its `xavier_gain` attribute (1/sqrt(2) on MultiHeadAttention's query,
-    key and value projections, as fairseq's `MultiheadAttention.reset_parameters`), 1 otherwise;
-    token and learned position embeddings N(0, 1/d) (fairseq: `normal_(0, d**-0.5)`).
-    Biases start at zero either way.
+    Xavier-uniform at the gain its WeightInit declares (1/sqrt(2) on MultiHeadAttention's query, key and
+    value projections, as fairseq's `MultiheadAttention.reset_parameters`), 1 otherwise; token and
+    learned position embeddings N(0, 1/d) (fairseq: `normal_(0, d**-0.5)`). Biases start at zero either way.
 
-    Linear layers flagged `zero_init` (shaped attention's W^Q, the dW of I + dW) start at zero; those
-    with a `xavier_normal_gain` (DeepNorm's) start Xavier-normal at that gain under either init.
+    A Linear whose WeightInit (blocklab.layers) says otherwise starts so under either init: zero (shaped
+    attention's W^Q, the dW of I + dW) or Xavier-normal at its gain (DeepNorm's). The modules are drawn
+    in the order model.modules() lists them; a token model's block then has its `after_update` hook
+    (blocks/hooks.py), so that it starts as it trains.
     """
     for m in model.modules():
         if isinstance(m, nn.Linear):
-            if getattr(m, "zero_init", False):
+            spec = weight_init_of(m)
+            if spec.rule is InitRule.ZEROS:
                 nn.init.zeros_(m.weight)
-            elif getattr(m, "xavier_normal_gain", None) is not None:  # DeepNorm's init, whatever cfg.init
-                nn.init.xavier_normal_(m.weight, gain=m.xavier_normal_gain)
+            elif spec.rule is InitRule.XAVIER_NORMAL:
+                nn.init.xavier_normal_(m.weight, gain=spec.gain)
             elif cfg.init == "normal":
                 nn.init.normal_(m.weight, std=0.02)
             else:
-                nn.init.xavier_uniform_(m.weight, gain=getattr(m, "xavier_gain", 1.0))
+                nn.init.xavier_uniform_(m.weight, gain=spec.gain)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=0.02 if cfg.init == "normal" else cfg.d_model**-0.5)
     if isinstance(model, TokenModel):
-        model.after_optimizer_step()  # nGPT starts, as it trains, with its matrices on the unit sphere
+        model.after_optimizer_step()
 
 
 def check_ids(input_ids: torch.Tensor) -> None:
@@ -65,9 +66,11 @@ def padding_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     return mask.bool()
 
 
-# The parameters of a language model's output head only (an untied head; nGPT's logit scale): a
-# fine-tuned classifier has none of them (training/pretrained.py leaves them out of the encoder).
-LM_HEAD_PARAMS = ("head.", "s_z.")
+def lm_head_params(block: str) -> tuple[str, ...]:
+    """The prefixes of the parameter names of a language model's output head only (an untied head, the
+    block's head parameters): a fine-tuned classifier has none of them (training/pretrained.py leaves
+    them out of the encoder it loads)."""
+    return ("head.", *(f"{name}." for name in model_hooks(block).head_params))
 
 
 class TokenModel(nn.Module):
@@ -77,13 +80,17 @@ class TokenModel(nn.Module):
 
     Parameter names (checkpoints rely on them): `tok` (the token embedding, shared by every input and,
     tied, the output head), one learned position table per name given (`pos`; `src_pos`, `tgt_pos`) or
-    the `pos_table` buffer for sinusoidal positions, `head` when the embeddings are not tied.
+    the `pos_table` buffer for sinusoidal positions, `head` when the embeddings are not tied, and the
+    block's head parameters (its hooks' `head_params`).
+
+    The block's hooks (blocks/hooks.py, `block_hooks`) are the only way the block reaches the model
+    around it: head parameters, the matrix the logits use, a step after every update.
     """
 
     def embeddings(self, cfg: ModelConfig, *positions: str) -> None:
         d = cfg.d_model
         self.tok = nn.Embedding(cfg.vocab_size, d)
-        self.sphere = REGISTRY[cfg.block].sphere  # nGPT: embedding rows on the unit sphere
+        self.block_hooks = model_hooks(cfg.block)
         if cfg.positions == "learned":
             for name in positions:
                 setattr(self, name, nn.Embedding(cfg.max_seq_len, d))
@@ -95,9 +102,7 @@ class TokenModel(nn.Module):
 
     def output_head(self, cfg: ModelConfig) -> None:
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        # nGPT (blocks/ngpt.py): logits = s_z * (h W^T), s_z stored at 1/sqrt(d) and used times sqrt(d).
-        if self.sphere:
-            self.s_z = Scale(cfg.vocab_size, 1.0, cfg.d_model**-0.5)
+        self.block_hooks.add_head(self, cfg)
 
     def token_embedding(self, ids: torch.Tensor, positions: str, start: int = 0) -> torch.Tensor:
         """tok(ids) * embed_scale + the positions start .. start + T - 1 of the table `positions`."""
@@ -127,17 +132,14 @@ class TokenModel(nn.Module):
 
     @torch.no_grad()
     def after_optimizer_step(self) -> None:
-        """Called by the trainer after every optimizer step (and by init_weights): nGPT's matrices and
-        embeddings, which live on the unit sphere, are put back there (each module's `renormalise()`).
-        Nothing to do for any other block."""
-        if not getattr(self, "sphere", False):
-            return
-        for m in self.modules():
-            if m is not self and hasattr(m, "renormalise"):
-                m.renormalise()
-        for emb in (self.tok, getattr(self, "head", None)):
-            if emb is not None:
-                emb.weight.copy_(F.normalize(emb.weight, dim=1))
+        """Called by the trainer after every optimizer step (and by init_weights): the block's
+        `after_update` hook (a block whose weights live on a constraint set puts them back there)."""
+        self.block_hooks.after_update(self)
+
+    def token_matrices(self) -> list[torch.Tensor]:
+        """The (V, d) matrices whose rows are tokens: the embedding, and the head when it is not tied."""
+        head = getattr(self, "head", None)
+        return [self.tok.weight] + ([head.weight] if head is not None else [])
 
     @property
     def head_matrix(self) -> torch.Tensor:
@@ -146,11 +148,8 @@ class TokenModel(nn.Module):
 
     @property
     def head_weight(self) -> torch.Tensor:
-        """What the logits are computed with: head_matrix, times nGPT's s_z per row."""
-        w = self.head_matrix
-        if getattr(self, "sphere", False):
-            w = w * self.s_z()[:, None]
-        return w
+        """What the logits are computed with: head_matrix as the block's `head_weight` hook gives it."""
+        return self.block_hooks.head_weight(self, self.head_matrix)
 
     @staticmethod
     def run_blocks(blocks, x: torch.Tensor, key_mask, output_hidden_states: bool = False):

@@ -88,7 +88,7 @@ class StepMixin:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.model.after_optimizer_step()  # nGPT puts its matrices back on the unit sphere
+        self.model.after_optimizer_step()  # the block's after_update hook (blocks/hooks.py)
         self.optimizer.zero_grad(set_to_none=True)
         return (self.dist.sum(total) / n_global).item()
 

@@ -61,10 +61,12 @@ def shard(model: nn.Module, precision: str) -> nn.Module:
 
 
 def scalars_as_vectors(model: nn.Module) -> list[str]:
-    """FSDP2 shards along dim 0 and refuses 0-dim parameters, which the scalar gains (beta_SA, beta_FF,
-    DyT's alpha, ...) are: they become 1-element vectors in place (the same Parameter, so the block's
-    arithmetic broadcasts as before). Returns their names, so that a sharded checkpoint can give them
-    back their shape when one process reads the model (checkpoint.load_checkpoint)."""
+    """The scalar gains (beta_SA, beta_FF, DyT's alpha, ...) as 1-element vectors, in place, for
+    `torch.distributed.fsdp.fully_shard`: it shards every parameter along dim 0 and raises on a 0-dim one
+    ("fully_shard doesn't support scalar parameters. Change ... to a 1D tensor with numel equal to 1";
+    torch 2.13, tests/training/test_parallel.py checks it still does). The same Parameter, so the block's
+    arithmetic broadcasts as before. Returns their names, so that a sharded checkpoint can give them back
+    their shape when one process reads the model (checkpoint.load_checkpoint)."""
     names = [name for name, p in model.named_parameters() if p.dim() == 0]
     for name in names:
         p = model.get_parameter(name)

@@ -12,7 +12,7 @@ import torch
 from blocklab.data import DataConfig
 from blocklab.data.tokenizer import load_tokenizer
 from blocklab.errors import UserError
-from blocklab.model.base import LM_HEAD_PARAMS
+from blocklab.model.base import lm_head_params
 from blocklab.model.classifier import HEAD
 from blocklab.training.checkpoint import load_checkpoint
 from blocklab.training.config import RunConfig, load_config
@@ -59,7 +59,8 @@ def load_encoder(model: torch.nn.Module, run: str | Path, step: int | None = Non
     """Copy the mlm run's encoder (checkpoint of `step`, default its latest) into `model`; the head
     keeps its fresh initialisation. Returns the checkpoint's step."""
     ckpt = load_checkpoint(Path(run).expanduser() / "checkpoints", step, fallback=True)
-    state = {k: v for k, v in ckpt["model"].items() if not k.startswith(LM_HEAD_PARAMS)}  # no use here
+    lm_head = lm_head_params(model.cfg.block)
+    state = {k: v for k, v in ckpt["model"].items() if not k.startswith(lm_head)}  # no use here
     own = model.state_dict()
     for k, v in state.items():
         if k not in own or own[k].shape != v.shape:

@@ -1,0 +1,51 @@
+"""What a block asks of the token model around it (model/base.py) beyond its stack of blocks.
+
+Most blocks ask nothing. A block whose paper changes the output head or constrains the weights after
+every update registers an instance of a `ModelHooks` subclass as its spec's `model_hooks`
+(`register(..., model_hooks=...)`), and the token model calls
+the hooks without knowing which block it holds:
+
+    add_head      after the output head is built: parameters the logits need (registered on the model)
+    head_weight   the matrix the logits and the loss are computed with, from the head's stored one
+    after_update  after init_weights and after every optimizer step (the trainer calls it)
+
+`head_params` names the parameters `add_head` registers: they belong to the language model's head, so
+a fine-tuned classifier, which has no such head, leaves them out of the encoder it loads.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from blocklab.registry import REGISTRY
+
+
+class ModelHooks:
+    """The hooks of a block that asks nothing: no head parameters, the head as stored, nothing after an update.
+
+    `model` is the token model (model/base.py TokenModel): `tok`, the untied `head` if any, and
+    `token_matrices()`, the (V, d) matrices whose rows are tokens."""
+
+    head_params: tuple[str, ...] = ()
+
+    def add_head(self, model: nn.Module, cfg) -> None:
+        """Register on `model` the parameters named in head_params (called once the head is built)."""
+
+    def head_weight(self, model: nn.Module, w: torch.Tensor) -> torch.Tensor:
+        """The (V, d) matrix the logits are computed with, given the head's stored matrix w."""
+        return w
+
+    def after_update(self, model: nn.Module) -> None:
+        """Called, without gradients, after init_weights and after every optimizer step."""
+
+
+NO_HOOKS = ModelHooks()
+
+
+def model_hooks(block: str) -> ModelHooks:
+    """The hooks the block `block` registered (its spec's `model_hooks`), NO_HOOKS if it registered none."""
+    hooks = REGISTRY[block].model_hooks or NO_HOOKS
+    if not isinstance(hooks, ModelHooks):
+        raise TypeError(f"block {block!r}: model_hooks must be a ModelHooks, got {type(hooks).__name__}")
+    return hooks
