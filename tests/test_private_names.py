@@ -8,13 +8,6 @@ import blocklab
 
 SRC = Path(blocklab.__file__).parent
 
-# Not yet public, each with where it is shared; to be made public by the package that owns it.
-KNOWN = {
-    "blocklab.reporting.figures._figure": "reporting's figure helpers, shared by its plots",
-    "blocklab.reporting.figures._legend": "reporting's figure helpers, shared by its plots",
-    "blocklab.reporting.figures._save": "reporting's figure helpers, shared by its plots",
-}
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(SRC.parent).with_suffix("").parts
@@ -53,12 +46,5 @@ def test_no_module_uses_another_modules_private_names():
         f"{path.relative_to(SRC.parent)}:{line}: {name}"
         for path in sorted(SRC.rglob("*.py"))
         for line, name in private_uses(path)
-        if name not in KNOWN
     ]
     assert not found, "private names used across modules:\n" + "\n".join(found)
-
-
-def test_the_known_cases_are_still_there():
-    """KNOWN lists only what is still shared: a name made public leaves it."""
-    used = {name for path in SRC.rglob("*.py") for _, name in private_uses(path)}
-    assert set(KNOWN) <= used, sorted(set(KNOWN) - used)

@@ -36,7 +36,9 @@ def test_each_panel_shows_its_cells_losses(tmp_path, monkeypatch):
     """The figure itself, not only its file: one titled panel per block and optimizer, the losses
     in the image at (warm-up, rate) and written in the cells."""
     saved = []
-    monkeypatch.setattr(figures, "_save", lambda fig, path, real=figures._save: (saved.append(fig), real(fig, path))[1])
+    monkeypatch.setattr(
+        figures, "save_figure", lambda fig, path, real=figures.save_figure: (saved.append(fig), real(fig, path))[1]
+    )
     path = plot_warmup_heatmap(grid_of(["adam", "sgd"]), tmp_path / "h.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     panels = [ax for ax in saved[0].axes if ax.get_visible() and ax.get_images()]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blocklab.reporting.figures import _figure, _legend, _save, plot_eval_series
+from blocklab.reporting.figures import new_figure, place_legend, plot_eval_series, save_figure
 from blocklab.reporting.runs import Run
 
 
 def plot_bleu(runs: list[Run], path: Path) -> Path | None:
     """BLEU of each run's evaluations against the training step; None when no run logged BLEU."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     n = plot_eval_series(ax, runs, "bleu")
     if not n:
         return None  # a matplotlib Figure outside pyplot: nothing to close
@@ -18,8 +18,8 @@ def plot_bleu(runs: list[Run], path: Path) -> Path | None:
     ax.set_ylabel("BLEU (sacrebleu, validation pairs, greedy)")
     ax.set_title("BLEU against steps", fontsize=10)
     ax.grid(alpha=0.3)
-    _legend(ax, n)
-    return _save(fig, path)
+    place_legend(ax, n)
+    return save_figure(fig, path)
 
 
 def bleu_sentence(runs: list[Run]) -> str:

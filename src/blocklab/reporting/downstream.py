@@ -16,7 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-from blocklab.reporting.figures import _figure, _legend, _save, run_styles
+from blocklab.reporting.figures import new_figure, place_legend, run_styles, save_figure
 from blocklab.reporting.runs import Run
 
 FIGURE = "downstream.png"
@@ -140,7 +140,7 @@ def plot_along(curves: dict, runs: list[Run], path: Path, baseline: float | None
     if not curves:
         return None
     styles = run_styles(runs)
-    fig, ax = _figure()
+    fig, ax = new_figure()
     for r in runs:
         if r.label in curves:
             colour, ls = styles.get(r.name, ("#333333", "-"))
@@ -152,8 +152,8 @@ def plot_along(curves: dict, runs: list[Run], path: Path, baseline: float | None
     ax.set_ylabel("downstream score (mean over tasks and seeds)")
     ax.set_title("Downstream score of checkpoints along pre-training", fontsize=10)
     ax.grid(alpha=0.3)
-    _legend(ax, len(curves) + 1)
-    return _save(fig, path)
+    place_legend(ax, len(curves) + 1)
+    return save_figure(fig, path)
 
 
 def reach_sentences(curves: dict, baseline: float | None = None) -> list[str]:

@@ -98,14 +98,16 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
 
 
-def _figure(figsize=(7.5, 4.4)):
+def new_figure(figsize=(7.5, 4.4)):
+    """A figure of its own, outside pyplot's global state (nothing to close), with one axes."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize)
     return fig, fig.subplots()
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Render `fig` to the PNG `path` (its folder made if missing) and return the path."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -114,7 +116,8 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _legend(ax, n: int) -> None:
+def place_legend(ax, n: int) -> None:
+    """The legend of n entries: inside the axes when few, beside them (outside the plot) when more than 7."""
     if n > 7:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     else:
@@ -175,7 +178,7 @@ def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path
         return None
     styles = group_styles(runs)
     scale, unit = (1.0, "") if x == "step" else _time_unit(max(float(c[1][-1]) for c in curves))
-    fig, ax = _figure()
+    fig, ax = new_figure()
     lows, highs, windows, labelled = [], [], set(), set()
     sizes = {g: sum(1 for r, *_ in curves if r.group == g) for g in {r.group for r, *_ in curves}}
     for r, xs, raw, sm, w in curves:
@@ -232,8 +235,8 @@ def plot_train_loss(runs: list[Run], path: Path, x: str, target: Target) -> Path
     ax.title.set_fontsize(10)
     ax.set_ylabel("training loss (cross-entropy, nats/token)")
     ax.grid(alpha=0.3)
-    _legend(ax, len(labelled) + 1)
-    return _save(fig, path)
+    place_legend(ax, len(labelled) + 1)
+    return save_figure(fig, path)
 
 
 def plot_eval_series(ax, runs: list[Run], key: str) -> int:
@@ -259,7 +262,7 @@ def plot_eval_series(ax, runs: list[Run], key: str) -> int:
 
 def plot_eval_loss(runs: list[Run], path: Path) -> Path | None:
     """Evaluation loss against steps; the seeds of a group share colour, style and one legend entry."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     n = plot_eval_series(ax, runs, "eval_loss")
     if not n:
         return None
@@ -269,8 +272,8 @@ def plot_eval_loss(runs: list[Run], path: Path) -> Path | None:
     ax.set_ylabel("evaluation loss (validation split, nats/token)")
     ax.set_title("Evaluation loss against steps", fontsize=10)
     ax.grid(alpha=0.3)
-    _legend(ax, n)
-    return _save(fig, path)
+    place_legend(ax, n)
+    return save_figure(fig, path)
 
 
 def plot_run_gains(run: Run, path: Path) -> Path | None:

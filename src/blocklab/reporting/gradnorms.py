@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from blocklab.reporting.figures import _save, group_styles
+from blocklab.reporting.figures import group_styles, save_figure
 from blocklab.reporting.runs import Run
 
 PREFIX = "grad/"
@@ -128,7 +128,7 @@ def plot_grad_norms_training(
         fontsize=9,
     )
     fig.tight_layout()
-    return _save(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 def grad_norm_ratios(runs: list[Run], role: str = "mlp.fc2", stack: str = "L") -> list[dict]:

@@ -42,7 +42,7 @@ def warmup_grid(groups) -> dict | None:
 def plot_warmup_heatmap(groups, path: Path) -> Path | None:
     from matplotlib.figure import Figure
 
-    from blocklab.reporting.figures import _save
+    from blocklab.reporting.figures import save_figure
 
     grid = warmup_grid(groups)
     if grid is None:
@@ -101,4 +101,4 @@ def plot_warmup_heatmap(groups, path: Path) -> Path | None:
         ax.set_visible(False)
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.85, label="final loss (nats/token)")
     fig.suptitle("Final loss over warm-up x learning rate, per block (mean over seeds)", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -271,11 +271,11 @@ def draw_frontier(ax, exp: dict) -> int:
 
 
 def _plot(draw, exp: dict, path: Path) -> Path | None:
-    fig, ax = F._figure()  # a bare matplotlib Figure: nothing global to close when nothing was drawn
+    fig, ax = F.new_figure()  # a bare matplotlib Figure: nothing global to close when nothing was drawn
     if not draw(ax, exp):
         return None
-    F._legend(ax, len(ax.get_legend_handles_labels()[0]))
-    return F._save(fig, path)
+    F.place_legend(ax, len(ax.get_legend_handles_labels()[0]))
+    return F.save_figure(fig, path)
 
 
 def plot_sensitivity(exp: dict, path: Path) -> Path | None:
