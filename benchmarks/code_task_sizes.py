@@ -1,4 +1,4 @@
-"""The size of each embedded code task (issue 18's closing note): examples per split and label
+"""The size of each embedded code task: examples per split and label
 balance, for a model pre-trained on `stdlib` and on `python`, and how many fit a tokenizer's length.
 
     python benchmarks/code_task_sizes.py [--tokenizer RUN/tokenizer.json --max-len 128] [--pool-mb 8]

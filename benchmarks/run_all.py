@@ -1,4 +1,4 @@
-"""Issue 7's benchmark in one go (`make bench`): regenerates benchmarks/RESULTS.md and benchmarks/results.json.
+"""The performance benchmark in one go (`make bench`): regenerates benchmarks/RESULTS.md and benchmarks/results.json.
 
 Runs, through the `blocklab bench` command line (in-process):
   1. the CPU target shape (d=768, 12 heads, MLP 3072, T=128, 6 layers, vocab 2048, batch 8): pre-ln, sas,
@@ -99,7 +99,7 @@ def check(name: str, ok: bool | None, detail: str) -> dict:
 
 
 def targets(runs: dict) -> list[dict]:
-    """Issue 7's targets, each met / not met / not measured, with the numbers."""
+    """The performance targets, each met / not met / not measured, with the numbers."""
     out = []
     cpu = runs.get("cpu")
     if cpu:

@@ -1,4 +1,4 @@
-"""Does blocklab's `init="xavier"` match Xiong et al.'s code (fairseq)? Issue 16, item 6.
+"""Does blocklab's `init="xavier"` match Xiong et al.'s code (fairseq)?
 
 fairseq's Transformer (and torch.nn.Transformer) differ from blocklab's former `xavier` init in two
 ways: the query/key/value projections are Xavier-uniform at gain 1/sqrt(2) (std sqrt(1/(2d)) for a

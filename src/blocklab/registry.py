@@ -249,7 +249,7 @@ PUBLIC_BLOCKS: dict[str, str] = {name: facts.label for name, facts in public_blo
 
 class _Registry(dict):
     """name -> BlockSpec. The blocks register themselves when blocklab.blocks is imported, and that import
-    brings torch; the package no longer imports it at start-up (the command line answers --help without
+    brings torch; the package does not import it at start-up (the command line answers --help without
     torch), so the first read of the registry imports the blocks. By name: this module sits below them."""
 
     _loading = False  # True from the start of the blocks' import on, unless that import failed

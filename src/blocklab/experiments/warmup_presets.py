@@ -2,7 +2,7 @@
 
 The question that joins the two papers and that neither asks: Xiong et al. show that Pre-LN removes
 Post-LN's need for warm-up; He & Hofmann's simplified blocks are trained with warm-up only, and at
-their width SAS-P with a 50-step warm-up sits at the unigram loss (issue 12). The runs use He &
+their width SAS-P with a 50-step warm-up sat at the unigram loss in a 150-step CPU run. The runs use He &
 Hofmann's recipe (normal init, RMSNorm, AdamW with weight decay 0.1, linear warm-up then linear
 decay, clipping at 1), the same for every block; the report draws the final loss over warm-up x
 learning rate per block as a heat map, and stalled runs (loss at the unigram entropy) end early.
@@ -54,7 +54,7 @@ XIONG_ADAM_LRS = [2.5e-4, 5e-4, 1e-3, 2e-3]
 XIONG_SGD_LRS = [2e-4, 1e-3, 5e-3, 2.5e-2]
 
 # CPU: 36 runs of 200 steps at 1,024 tokens each, d=64, 4 layers. At lr 1e-3 / 3e-3 and 150 steps
-# this model had barely left the unigram loss (issue 12's note), so the rates are 3e-3 and 1e-2:
+# this model had barely left the unigram loss, so the rates are 3e-3 and 1e-2:
 # small models take larger rates, and warm-up matters where the rate is high. The unigram plateau
 # of this model can last more than 50 steps before it leaves it, so stall detection keeps its
 # default patience of 100 steps.
