@@ -8,6 +8,7 @@ import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from blocklab.block_table import describe_blocks
 from blocklab.config import ModelConfig
 from blocklab.data import DataConfig
 from blocklab.errors import ConfigError, UserError
@@ -318,29 +319,10 @@ def to_toml(cfg: RunConfig) -> str:
 
 def describe_options() -> str:
     """Every option with its type, true default, choices and description (from the settings' declarations),
-    then each block's equation, for `blocklab train --help`."""
+    then each block's equation (the torch-free block table, tested equal to the block classes)."""
     return help_text(SECTIONS) + "\n\n" + describe_blocks()
-
-
-def describe_blocks() -> str:
-    """One line per block for --model.block: its name and its equation (the first line of its docstring)."""
-    lines = ["block table (--model.block): each block's equation"]
-    for name, spec in REGISTRY.items():
-        if spec.public:
-            doc = (spec.cls.__doc__ or spec.label).strip().splitlines()[0].rstrip(";")
-            lines.append(f"  {name:<13} {doc}")
-    return "\n".join(lines)
 
 
 def options_markdown() -> str:
     """The README's table of the [model], [data] and [train] options (a test keeps the two equal)."""
     return markdown_table(SECTIONS)
-
-
-def describe_recipes() -> str:
-    """Each block recipe, for `blocklab train --help`."""
-    return "\n".join(
-        f"  {b:<12} {', '.join(f'--{k} {v!r}' for k, v in spec.recipe)}  ({spec.recipe_source})"
-        for b, spec in REGISTRY.items()
-        if spec.public and spec.recipe
-    )
