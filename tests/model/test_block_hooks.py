@@ -108,3 +108,42 @@ def test_a_hooks_declaration_of_the_wrong_type_is_refused():
             model_hooks("bad-hooks-toy")
     finally:
         unregister("bad-hooks-toy")
+
+
+class TwoStreams(ModelHooks):
+    """A toy widened stream: two copies of the embedding, the hidden state their mean."""
+
+    def enter(self, model, x):
+        return torch.stack([x, 2 * x], dim=2)
+
+    def leave(self, model, state):
+        return state.mean(dim=2)
+
+
+def test_a_blocks_stream_state_passes_from_block_to_block_and_leaves_as_the_hidden_state():
+    class OnTwoStreams(PreLN):
+        """Pre-LN on each of two streams, then the streams swapped: the state's shape is the block's to keep."""
+
+        def forward(self, state, key_mask=None):
+            a, b = (super(OnTwoStreams, self).forward(state[:, :, i], key_mask) for i in (0, 1))
+            return torch.stack([b, a], dim=2)
+
+    register("two-streams-toy", label="Two streams toy", family="ablation", colour="#123456", model_hooks=TwoStreams())(
+        OnTwoStreams
+    )
+    try:
+        torch.manual_seed(0)
+        model = build_model(small_cfg("two-streams-toy"))
+        ids = torch.randint(0, 97, (2, 6))
+        out = model(ids, output_hidden_states=True)
+        x = model.embed(ids)
+        a, b = x, 2 * x
+        expected = [x]
+        for block in model.blocks:
+            a, b = PreLN.forward(block, b, None), PreLN.forward(block, a, None)
+            expected.append((a + b) / 2)
+        for got, want in zip(out.hidden_states, expected, strict=True):
+            torch.testing.assert_close(got, want)
+        torch.testing.assert_close(out.logits, model.final_norm(expected[-1]) @ model.head_weight.t())
+    finally:
+        unregister("two-streams-toy")

@@ -8,6 +8,11 @@ the hooks without knowing which block it holds:
     add_head      after the output head is built: parameters the logits need (registered on the model)
     head_weight   the matrix the logits and the loss are computed with, from the head's stored one
     after_update  after init_weights and after every optimizer step (the trainer calls it)
+    enter, leave  the residual stream's state between blocks: `enter` makes it from the embedding output,
+                  each block maps it to the next, `leave` gives the (B, T, d) hidden state the final norm
+                  (and the probes, after every block) read. The state is that hidden state itself for
+                  most blocks; several streams (Hyper-Connections) or every earlier output (DenseFormer,
+                  Attention Residuals) for the blocks that widen the stream.
 
 `head_params` names the parameters `add_head` registers: they belong to the language model's head, so
 a fine-tuned classifier, which has no such head, leaves them out of the encoder it loads.
@@ -38,6 +43,14 @@ class ModelHooks:
 
     def after_update(self, model: nn.Module) -> None:
         """Called, without gradients, after init_weights and after every optimizer step."""
+
+    def enter(self, model: nn.Module, x: torch.Tensor):
+        """The stream's state before the first block, from the (B, T, d) embedding output x."""
+        return x
+
+    def leave(self, model: nn.Module, state) -> torch.Tensor:
+        """The (B, T, d) hidden state a stream's state stands for (what the final norm reads)."""
+        return state
 
 
 NO_HOOKS = ModelHooks()

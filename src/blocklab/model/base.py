@@ -151,14 +151,17 @@ class TokenModel(nn.Module):
         """What the logits are computed with: head_matrix as the block's `head_weight` hook gives it."""
         return self.block_hooks.head_weight(self, self.head_matrix)
 
-    @staticmethod
-    def run_blocks(blocks, x: torch.Tensor, key_mask, output_hidden_states: bool = False):
-        """x through `blocks`; each block's output too when asked (after the input x)."""
+    def run_blocks(self, blocks, x: torch.Tensor, key_mask, output_hidden_states: bool = False):
+        """x through `blocks`, the residual stream's state passed from block to block (the hooks' `enter` and
+        `leave`: x itself for most blocks); each block's hidden state too when asked (after the input x)."""
+        hooks = self.block_hooks
+        state = hooks.enter(self, x)
         hidden = [x]
         for block in blocks:
-            x = block(x, key_mask)
-            hidden.append(x)
-        return x, (tuple(hidden) if output_hidden_states else None)
+            state = block(state, key_mask)
+            if output_hidden_states:
+                hidden.append(hooks.leave(self, state))
+        return hooks.leave(self, state), (tuple(hidden) if output_hidden_states else None)
 
     def logits_and_loss(
         self,
