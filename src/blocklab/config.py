@@ -92,6 +92,26 @@ class ModelConfig:
         derived=lambda: gain_default("beta_sa"),
     )
     beta_v: float = setting(0.2, help="shaped-vp only: initial beta_V of W = alpha_V I + beta_V dW")
+    hc_streams: int = setting(4, help="hyper-connections and mhc: the number n of residual streams", min=1)
+    hc_dynamic: bool = setting(
+        True, help="hyper-connections: connections that depend on the input (dynamic); false: static ones"
+    )
+    attn_res_block: int = setting(
+        0,
+        help="attn-res: sub-layers per block of Block AttnRes; 0: every earlier sub-layer output is a source",
+        unit="sub-layers",
+        min=0,
+    )
+    denseformer_dilation: int = setting(
+        1, help="denseformer: each depth-weighted average reads every k-th earlier block output", min=1
+    )
+    denseformer_period: int = setting(
+        1, help="denseformer: a depth-weighted average after every p-th block only", unit="blocks", min=1
+    )
+    value_residual_learnable: bool = setting(
+        False, help="value-residual: the value-mixing lambdas are trained (init 0.5); false: fixed at 0.5"
+    )
+    laurel_rank: int = setting(32, help="laurel: the rank r of the learned low-rank path B A", min=1)
     positions: str = setting("learned", help="position embeddings", choices=POSITIONS)
     tie_embeddings: bool = setting(True, help="the output layer shares the input embedding's weights")
     mlp_bias: bool = setting(False, help="biases in the MLP's two linear layers")

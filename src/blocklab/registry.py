@@ -26,7 +26,7 @@ TASKS = ("clm", "mlm", "translation", "classification")
 
 # classic: Post-LN, Pre-LN and the parallel block (SPEC section 2); simplified: He & Hofmann's blocks;
 # successor: the published blocks of SPEC section 2b; ablation: a probe's contrast, not a block to train.
-FAMILIES = ("classic", "simplified", "successor", "ablation")
+FAMILIES = ("classic", "simplified", "successor", "stream", "ablation")
 
 # SPEC 2b's options that apply to every block built from norm layers and softmax attention.
 OPTIONS = ("dyt", "qk_norm")

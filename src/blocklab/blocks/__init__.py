@@ -3,6 +3,10 @@ every block name (ablations included) to its `BlockSpec`, which every other modu
 gives what a block asks of the token model around it (blocks/hooks.py)."""
 
 from blocklab.blocks import classic, deepnorm, ngpt, simplified, successors  # noqa: F401  (registers the blocks)
+
+# isort: split
+# Section 2c's residual-stream blocks register after those of 2 and 2b.
+from blocklab.blocks import depthmix, hyper, laurel, value_residual  # noqa: F401
 from blocklab.blocks.hooks import NO_HOOKS, ModelHooks, model_hooks
 from blocklab.registry import (
     FAMILIES,

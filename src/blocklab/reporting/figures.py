@@ -22,7 +22,7 @@ _SPARE = ["#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
 _STYLES = ["-", "--", "-.", ":"]
 # A family's line style: its blocks' first run draws with it. Keys are registry.FAMILIES; a family
 # added there without a style here draws solid.
-FAMILY_STYLES = {"classic": "-", "simplified": "--", "successor": "-.", "ablation": ":"}
+FAMILY_STYLES = {"classic": "-", "simplified": "--", "successor": "-.", "stream": (0, (5, 1, 1, 1)), "ablation": ":"}
 DPI = 100
 
 PROBE_CAPTIONS = {  # name in blocklab.probes.plots.FIGURES -> (title, caption)

@@ -1,0 +1,1 @@
+"""Placeholder: filled in by the residual-stream blocks (SPEC 2c)."""
