@@ -188,7 +188,9 @@ def test_a_registered_block_is_seen_everywhere(toy_block):
     with pytest.raises(ValueError, match="choose one of: post-ln, pre-ln, deepnorm, toy-block"):
         small_cfg("sas-p", "translation")
     with pytest.raises(
-        ValueError, match="it applies to: post-ln, pre-ln, parallel, deepnorm, rezero, peri-ln, mix-ln, lns, toy-block"
+        ValueError,
+        match="it applies to: post-ln, pre-ln, parallel, deepnorm, rezero, peri-ln, mix-ln, lns, attn-res, "
+        "denseformer, hyper-connections, mhc, laurel, value-residual, toy-block",
     ):
         small_cfg("sas", dropout=0.1)
     with pytest.raises(ValueError, match="toy-block"):

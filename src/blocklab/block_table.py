@@ -90,6 +90,31 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
         beta_ff=0.2,
         beta_sa=0.2,
     ),
+    # Section 2c: the residual stream.
+    "attn-res": BlockFacts(
+        "AttnRes",
+        "h_k = sum_{i<k} softmax_i(w_k^T RMSNorm(v_i)) v_i; v_k = F_k(Norm(h_k)), v_0 the embedding (Kimi Team 2026, eqs. 2-6).",
+    ),
+    "denseformer": BlockFacts(
+        "DenseFormer",
+        "X_i = B_i(Y_{i-1}); Y_i = sum_{j<=i} alpha_ij X_j, B_i Pre-LN, alpha_ii = 1 and the others 0 at init (Pagliardini et al. 2024, Sec. 3).",
+    ),
+    "hyper-connections": BlockFacts(
+        "Hyper-Connections",
+        "H <- B^T F(Norm(A_m^T H)) + A_r^T H per sub-layer F, n streams, final norm on their sum (Zhu et al. 2025, eq. 5).",
+    ),
+    "mhc": BlockFacts(
+        "mHC",
+        "x <- H_res x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).",
+    ),
+    "laurel": BlockFacts(
+        "LAuReL-LR",
+        "u = x + MHA(Norm(x)) + B_1 A_1 x; y = u + MLP(Norm(u)) + B_2 A_2 u (LAuReL-LR, Menghani et al. 2024, eq. 3).",
+    ),
+    "value-residual": BlockFacts(
+        "ResFormer",
+        "u = x + MHA(Norm(x)) with values V_n <- lambda_1 V_1 + lambda_2 V_n for n >= 2; y = u + MLP(Norm(u)).",
+    ),
 }
 
 

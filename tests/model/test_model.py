@@ -108,4 +108,10 @@ def test_all_blocks_listed():
         "lns",
         "ngpt",
         "op",
+        "hyper-connections",
+        "mhc",
+        "attn-res",
+        "denseformer",
+        "value-residual",
+        "laurel",
     }

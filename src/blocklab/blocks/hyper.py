@@ -1,1 +1,243 @@
-"""Placeholder: filled in by the residual-stream blocks (SPEC 2c)."""
+"""The blocks of SPEC 2c that widen the residual stream to n streams: Hyper-Connections (Zhu et al. 2025,
+arXiv 2409.19606) and manifold-constrained Hyper-Connections (mHC; Xie et al., DeepSeek 2025, arXiv 2512.24880).
+
+The state between blocks is the (B, T, n, d) streams H, n = `hc_streams`. `StreamHooks` (blocks/hooks.py)
+makes it and reads it: `enter` copies the embedding output n times (HC Sec. 2.1, H^0 = [h^0, ..., h^0]),
+`leave` sums the streams (HC Sec. 2.1: the last hyper hidden matrix is summed row-wise), which is the hidden
+state the model's final norm N_f reads and `output_hidden_states` reports after each block. Each sub-layer k
+(attention k = 2l, MLP k = 2l + 1 in block l) has its own connections around Pre-LN's sub-layer
+F_k(h) = Dropout(Sub-layer(Norm(h))); the blocks keep Pre-LN's module names (attn, mlp, norms), so a Pre-LN
+model's weights load into them.
+
+Weight decay (model/params.py decays exactly the parameters of 2 or more dimensions): the static matrices
+of HC and mHC's biases are stored flat, 1-D, so they get none (SPEC 2c: HC's static parts without weight
+decay; SPEC 2: biases without); the dynamic projections W (HC) and phi (mHC) are Linear weights and
+are decayed, the scales s and gating factors a are scalars and are not.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from blocklab.blocks.classic import ClassicBlock
+from blocklab.blocks.hooks import ModelHooks
+from blocklab.config import ModelConfig
+from blocklab.layers import InitRule, Linear, WeightInit, gain, norm_layer
+from blocklab.registry import register
+
+ZERO = WeightInit(InitRule.ZEROS)
+S_INIT = 0.01  # HC: s_alpha, s_beta (Appendix J: `dynamic_alpha_scale = ones(1) * 0.01`)
+GATE_INIT = 0.01  # mHC: the gating factors a_pre, a_post, a_res (Sec. 4.2 and its Table 5)
+SINKHORN_ITERS = 20  # mHC: t_max of Sinkhorn-Knopp (Sec. 4.2)
+# mHC at init: the weight on HC's Pre-LN start (I, e_(k mod n)) against the uniform mixing, the most at which
+# the 20 Sinkhorn-Knopp rounds still shrink an imbalance of H_res 100-fold (see `start_biases`).
+START = 0.01 ** (1 / (2 * SINKHORN_ITERS))
+
+
+class StreamHooks(ModelHooks):
+    """The n streams as the state between blocks: n copies of the embedding output in, their sum out."""
+
+    def enter(self, model, x):
+        return x.unsqueeze(-2).expand(*x.shape[:-1], model.cfg.hc_streams, x.shape[-1])
+
+    def leave(self, model, state):
+        return state.sum(-2)
+
+
+STREAMS = StreamHooks()
+
+
+def full_precision(x: torch.Tensor):
+    """Autocast off on x's device (meta has no autocast): the streams are mixed in their own dtype, fp32 under
+    autocast, as Pre-LN's residual addition is; an autocast matmul would round them to bf16 at every sub-layer."""
+    return nullcontext() if x.device.type == "meta" else torch.autocast(x.device.type, enabled=False)
+
+
+def sublayers(block: ClassicBlock, key_mask):
+    """Pre-LN's two sub-layers F_k(h) of `block`, the branch Dropout included (Appendix J: `dropout(h)`)."""
+    return (
+        lambda h: block.drop(block.attn(block.norms[0](h), key_mask)),
+        lambda h: block.drop(block.mlp(block.norms[1](h))),
+    )
+
+
+# --------------------------------------------------------------------------------------- Hyper-Connections
+
+
+class HyperConnection(nn.Module):
+    """H <- B^T F(A_m^T H) + A_r^T H around one sub-layer F (HC eq. 5), static or dynamic (eqs. 10-13).
+
+    H is (..., n, d), one stream a row. The width connection [A_m | A_r] (n x (n + 1), HC eq. 7) is stored
+    flat. At init (eq. 14) A_m = e_(k mod n), A_r = I, B = 1; dynamic: A(H) = A + s_alpha tanh(Norm(H) W_alpha),
+    B(H) = B + s_beta tanh(Norm(H) W_beta)^T with W = 0 and s = 0.01, one s_alpha shared by A_m and A_r as
+    the paper's Algorithm 2. Norm is the config's norm (Algorithm 2 uses LayerNorm: `norm="layernorm"`)."""
+
+    def __init__(self, cfg: ModelConfig, k: int):
+        super().__init__()
+        n, d = cfg.hc_streams, cfg.d_model
+        self.n = n
+        a_m = F.one_hot(torch.tensor(k % n), n).float()[:, None]
+        self.static_alpha = nn.Parameter(torch.cat([a_m, torch.eye(n)], dim=1).flatten())
+        self.static_beta = nn.Parameter(torch.ones(n))
+        self.dynamic = cfg.hc_dynamic
+        if self.dynamic:
+            self.norm = norm_layer(cfg)
+            self.w_alpha = Linear(d, n + 1, bias=False, weight_init=ZERO)  # [W_m | W_r], d x (1 + n)
+            self.w_beta = Linear(d, 1, bias=False, weight_init=ZERO)
+            self.s_alpha = gain(S_INIT)
+            self.s_beta = gain(S_INIT)
+
+    def forward(self, H, sublayer):
+        alpha = self.static_alpha.view(self.n, self.n + 1)  # row i: how stream i feeds [h | the n streams]
+        beta = self.static_beta
+        if self.dynamic:
+            h = self.norm(H)  # per stream, so each stream's row of A(H) and entry of B(H) depends on it alone
+            alpha = alpha + self.s_alpha * torch.tanh(self.w_alpha(h))
+            beta = beta + self.s_beta * torch.tanh(self.w_beta(h)).squeeze(-1)
+        with full_precision(H):
+            mix = alpha.transpose(-1, -2).to(H.dtype) @ H  # (..., 1 + n, d): the sub-layer's input A_m^T H, A_r^T H
+        return beta.unsqueeze(-1) * sublayer(mix[..., 0, :]).unsqueeze(-2) + mix[..., 1:, :]
+
+
+@register(
+    "hyper-connections",
+    label="Hyper-Connections",
+    family="stream",
+    colour="#e6550d",
+    dropout=True,
+    model_hooks=STREAMS,
+)
+class HyperConnections(ClassicBlock):
+    """H <- B^T F(Norm(A_m^T H)) + A_r^T H per sub-layer F, n streams, final norm on their sum (Zhu et al. 2025, eq. 5).
+
+    Init (eq. 14) A_m = e_(k mod n), A_r = I, B = 1, so every stream holds Pre-LN's residual stream at init:
+    A_m^T H reads one stream, all streams are equal (n copies of the embedding, then the same F_k added to
+    each), so F_k sees Pre-LN's input and each stream becomes Pre-LN's x + F_k. The sum is n times Pre-LN's
+    hidden state, and N_f(n x) = N_f(x) for RMSNorm and LayerNorm up to their epsilon (exactly: N_f with
+    eps / n^2); with n = 1 the model is Pre-LN (eq. 15). `hc_dynamic=False`: the static HC of Sec. 2.1.
+
+    Choices written down: the sub-layer index k counts attention and MLP separately (Algorithm 3 gives each its
+    own HyperConnection); the dynamic Norm is the config's (Algorithm 2: LayerNorm); the output-layer std
+    rescaling some reimplementations report is not applied (the equivalence above needs Pre-LN's weights).
+    No recipe: the paper trains HC with its baselines' OLMo settings, nothing of its own.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer, n_norms=2)
+        self.hc = nn.ModuleList(HyperConnection(cfg, 2 * layer + j) for j in range(2))
+
+    def forward(self, H, key_mask=None):
+        attn, mlp = sublayers(self, key_mask)
+        H = self.hc[0](H, attn)
+        return self.hc[1](H, mlp)
+
+
+# --------------------------------------------------------------------------------------------------- mHC
+
+
+def sinkhorn_knopp(logits: torch.Tensor, iters: int = SINKHORN_ITERS) -> torch.Tensor:
+    """exp(logits) (..., n, n) scaled alternately to unit row and column sums, `iters` times (mHC eq. 9).
+
+    Rows first, as DeepSeek's reference (TileKernels `sinkhorn_normalize_ref`: a row softmax, then columns),
+    so the columns sum to 1 to rounding and the rows to Sinkhorn's residue after `iters` rounds."""
+    m = logits.softmax(-1)  # exp and the first row scaling; softmax subtracts the row max, so exp cannot overflow
+    m = m / m.sum(-2, keepdim=True)
+    for _ in range(iters - 1):
+        m = m / m.sum(-1, keepdim=True)
+        m = m / m.sum(-2, keepdim=True)
+    return m
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def start_biases(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """b_pre, b_res (n x n) that start mHC at H_pre = w e_(k mod n) + (1 - w) 1/n and H_res = w I + (1 - w) J/n,
+    w = START: HC's Pre-LN start (A_m = e_(k mod n), A_r = I) mixed with the centre of the constraint set.
+
+    H_pre sums to 1 and H_res is doubly stochastic already (a fixed point of Sinkhorn-Knopp). Neither can be
+    HC's 0 / 1 (sigmoid and exp are never 0), and near I Sinkhorn-Knopp stops enforcing the constraint: it
+    converges at the rate s_2(H_res)^2 per round (Knight 2008, SIAM J. Matrix Anal. Appl. 30), and s_2 of
+    this H_res is w. w = 0.01^(1/40) = 0.891 is the most weight on I at which 20 rounds still shrink an
+    imbalance 100-fold (n = 4: 0.918 on the diagonal, 0.027 off it). n = 1: H_res = [1] whatever b_res, and
+    H_pre = w, which the sub-layer's norm removes (up to its eps)."""
+    w = START
+    if n == 1:
+        return torch.full((1,), _logit(w)), torch.zeros(1, 1)
+    home, other = w + (1 - w) / n, (1 - w) / n
+    b_pre = torch.full((n,), _logit(other))
+    b_pre[k % n] = _logit(home)
+    return b_pre, math.log(home / other) * torch.eye(n)  # a row softmax of c I: e^c / (e^c + n - 1) = home
+
+
+class ManifoldHyperConnection(nn.Module):
+    """x <- H_res x + H_post^T F(H_pre x) around one sub-layer F, with H = f(RMSNorm(vec x)) (mHC eqs. 3, 7-8).
+
+    [H~_pre, H~_post, H~_res] = a * (RMSNorm(vec x) phi) + b, one gating factor a per mapping (a = 0.01 at
+    init); H_pre = sigmoid(H~_pre), H_post = 2 sigmoid(H~_post), H_res = SinkhornKnopp(H~_res), all per token.
+    x (..., n, d) is one stream a row; vec x its n d entries, stream after stream (the official kernels'
+    `residual.flatten`). The RMSNorm has no gain of its own: a gain is folded into phi (TileKernels
+    `mhc_pre`, whose `norm_weight` is merged into `fn`). The mappings are computed in float32, as there
+    (`mhc_pre_norm_fn_ref` asserts float32 inputs).
+
+    Start (the paper gives a = 0.01 only; the biases are this package's choice, SPEC 2c): as close to Pre-LN
+    as the constraint allows. b_post = 0 gives H_post = 2 sigmoid(0) = 1 = HC's B exactly. HC's A_m =
+    e_(k mod n) and A_r = I are out of reach (sigmoid and exp are never 0, and Sinkhorn-Knopp stalls near I):
+    `start_biases` puts H_pre and H_res as near them as 20 Sinkhorn rounds allow, keeping the home stream
+    k mod n that breaks the streams' symmetry, as A_m does in HC. phi = 0 (as HC's W = 0), so the mappings
+    start there for every token. As H_pre sums to 1, H_res is doubly stochastic and the streams start equal,
+    the forward pass is Pre-LN's at init, to rounding, whatever the weights of the sub-layers.
+    """
+
+    def __init__(self, cfg: ModelConfig, k: int):
+        super().__init__()
+        n, d = cfg.hc_streams, cfg.d_model
+        self.n, self.eps = n, cfg.norm_eps
+        self.phi = Linear(n * d, 2 * n + n * n, bias=False, weight_init=ZERO)  # [phi_pre | phi_post | phi_res]
+        self.a_pre, self.a_post, self.a_res = (gain(GATE_INIT) for _ in range(3))
+        b_pre, b_res = start_biases(n, k)
+        self.b_pre = nn.Parameter(b_pre)
+        self.b_post = nn.Parameter(torch.zeros(n))
+        self.b_res = nn.Parameter(b_res.flatten())  # flat: a bias, so no weight decay
+
+    def mappings(self, x):
+        """H_pre (..., n), H_post (..., n), H_res (..., n, n) of the streams x (..., n, d)."""
+        n = self.n
+        with full_precision(x):
+            flat = F.rms_norm(x.flatten(-2).float(), (n * x.shape[-1],), eps=self.eps)
+            pre, post, res = self.phi(flat.to(self.phi.weight.dtype)).float().split([n, n, n * n], -1)
+        H_pre = torch.sigmoid(self.a_pre * pre + self.b_pre)
+        H_post = 2 * torch.sigmoid(self.a_post * post + self.b_post)
+        H_res = sinkhorn_knopp((self.a_res * res + self.b_res).unflatten(-1, (n, n)))
+        return H_pre.to(x.dtype), H_post.to(x.dtype), H_res.to(x.dtype)
+
+    def forward(self, x, sublayer):
+        H_pre, H_post, H_res = self.mappings(x)
+        with full_precision(x):
+            h, kept = (H_pre.unsqueeze(-2) @ x).squeeze(-2), H_res @ x
+        return kept + H_post.unsqueeze(-1) * sublayer(h).unsqueeze(-2)
+
+
+@register("mhc", label="mHC", family="stream", colour="#a63603", dropout=True, model_hooks=STREAMS)
+class MHC(ClassicBlock):
+    """x <- H_res x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).
+
+    Always dynamic (`hc_dynamic` is HC's only). n streams as HC, output N_f(sum of the streams). The
+    sub-layer index k counts attention and MLP separately, as HC's. No recipe: the paper trains mHC with its
+    baselines' settings, nothing of its own.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer, n_norms=2)
+        self.hc = nn.ModuleList(ManifoldHyperConnection(cfg, 2 * layer + j) for j in range(2))
+
+    def forward(self, x, key_mask=None):
+        attn, mlp = sublayers(self, key_mask)
+        x = self.hc[0](x, attn)
+        return self.hc[1](x, mlp)

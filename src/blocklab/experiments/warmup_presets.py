@@ -60,11 +60,12 @@ XIONG_SGD_LRS = [2e-4, 1e-3, 5e-3, 2.5e-2]
 # default patience of 100 steps.
 WARMUP = {
     "name": "warmup",
-    "description": "Warm-up for every block of SPEC sections 2 and 2b x warm-up 0/20/80 of 200 steps, each at "
+    "description": "Warm-up for every block x warm-up 0/20/80 of 200 steps, each at "
     "its own best AdamW lr of 1e-3/3e-3/1e-2 (He & Hofmann's recipe: linear warm-up and decay), d=64, "
     "4 layers, on the stdlib corpus, two final seeds.",
-    "expected_cost": f"{15 * len(BLOCKS)} runs of 200 steps at d=64 (stalled runs end early): about 2 hours on 2 "
-    "idle CPU cores (an estimate from the untuned sweep's 40 minutes for a third of the runs)",
+    "expected_cost": f"{15 * len(BLOCKS)} runs of 200 steps at d=64 (stalled runs end early): about "
+    f"{15 * len(BLOCKS) * 2 / 225:.1f} hours on 2 idle CPU cores (an estimate from the untuned sweep's 40 minutes "
+    "for 75 runs)",
     "seeds": [0, 1],
     "tune": {"key": "train.lr", "values": [1e-3, 3e-3, 1e-2]},
     "base": {

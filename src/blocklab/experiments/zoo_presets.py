@@ -28,14 +28,17 @@ def zoo_runs() -> list[dict]:
     return runs + [dict(r) for r in OPTION_RUNS]
 
 
-def zoo(name: str, description: str, cost: str, base: dict, lrs: list[float]) -> dict:
+def zoo(name: str, description: str, cost: tuple[str, float, str], base: dict, lrs: list[float]) -> dict:
     """A zoo preset: every run of zoo_runs() tuned over `lrs` (one tuning seed), then two final seeds at its
-    best, against Pre-LN."""
+    best, against Pre-LN. `cost`: (what one run is, hours per run, the basis of that estimate); the total
+    follows the number of blocks."""
     runs = zoo_runs()
+    n = (len(lrs) + 2) * len(runs)
+    what, hours, basis = cost
     return {
         "name": name,
         "description": description,
-        "expected_cost": f"{(len(lrs) + 2) * len(runs)} runs of {cost}",
+        "expected_cost": f"{n} runs of {what}: about {n * hours:.1f} {basis}",
         "target_run": "pre-ln",
         "seeds": [0, 1],
         "tune": {"key": "train.lr", "values": lrs},
@@ -51,8 +54,12 @@ ZOO = zoo(
     "d=128, 4 layers, T=128, batch 16, 200 steps on the stdlib corpus; He & Hofmann's recipe "
     "(AdamW, wd 0.1, 10-step warm-up then linear decay, clip 1) for every block but nGPT (its paper's: "
     "no weight decay, no warm-up); each block at its own best of lr 3e-4..3e-2.",
-    "200 steps at d=128: about 2.5 hours on 2 CPU cores (an estimate: the shared-rate zoo's 36 runs took 41 "
-    "minutes beside another sweep; the 85 runs of the three-rate grid took 3 minutes on one H100, 7 at a time)",
+    (
+        "200 steps at d=128",
+        41 / 60 / 36,
+        "hours on 2 CPU cores (an estimate: the shared-rate zoo's 36 runs took 41 minutes beside another sweep; "
+        "the 85 runs of an earlier three-rate grid took 3 minutes on one H100, 7 at a time)",
+    ),
     {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 128},
         "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512},
@@ -81,8 +88,11 @@ ZOO_GPU = zoo(
     "128, 5000 steps, bf16, compiled, two seeds; He & Hofmann's recipe (AdamW lr 1e-3, wd 0.1, "
     "5% warm-up, linear decay) for every block but nGPT (no weight decay, no warm-up); each block at "
     "its own best of lr 3e-4, 1e-3, 3e-3.",
-    "5000 steps x 16k tokens (82M tokens each): about 20 GPU-hours on one H100 (an estimate from the "
-    "FLOP count, not a measurement)",
+    (
+        "5000 steps x 16k tokens (82M tokens each)",
+        20 / 85,
+        "GPU-hours on one H100 (an estimate from the FLOP count, not a measurement)",
+    ),
     {
         "data": {"source": "python", "vocab_size": 16384, "seq_len": 128},
         "model": {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072},

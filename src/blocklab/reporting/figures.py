@@ -19,10 +19,10 @@ from blocklab.reporting.analysis import Target, smoothed_loss
 from blocklab.reporting.runs import Run, family_order
 
 _SPARE = ["#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
-_STYLES = ["-", "--", "-.", ":"]
+_STYLES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1))]  # the last: dash-dot-dot
 # A family's line style: its blocks' first run draws with it. Keys are registry.FAMILIES; a family
 # added there without a style here draws solid.
-FAMILY_STYLES = {"classic": "-", "simplified": "--", "successor": "-.", "stream": (0, (5, 1, 1, 1)), "ablation": ":"}
+FAMILY_STYLES = {"classic": "-", "simplified": "--", "successor": "-.", "stream": _STYLES[4], "ablation": ":"}
 DPI = 100
 
 PROBE_CAPTIONS = {  # name in blocklab.probes.plots.FIGURES -> (title, caption)
@@ -86,7 +86,7 @@ def run_styles(runs: list[Run]) -> dict[str, tuple]:
         seen[r.block] = k + 1
         rgb = np.array(to_rgb(block_colour(r.block)))
         shade = k // len(_STYLES)
-        if shade:  # alternate darker / lighter after every four line styles
+        if shade:  # alternate darker / lighter after every len(_STYLES) line styles
             f = min(0.6, 0.25 * ((shade + 1) // 2))
             rgb = rgb * (1 - f) if shade % 2 else rgb + (1 - rgb) * f
         first = _STYLES.index(family_style(r.block))
