@@ -1,14 +1,15 @@
 """FSDP2 under torchrun on the CPU (gloo, 2 processes), the runs that need none of test_fsdp.py's
-shared ones: bf16 mixed precision, a translation run decoded by one process, and every block sharded
-(a file of its own, so that pytest-xdist's --dist loadfile can run it beside test_fsdp.py)."""
+shared ones: every block sharded, bf16 mixed precision, a translation run decoded by one process (a
+file of its own, so that pytest-xdist's --dist loadfile can run it beside test_fsdp.py).
 
-import os
-import subprocess
-import sys
+All of it is one torchrun start (about 10 s of imports on 2 cores), made once for the module: every
+block's sharded steps, then the bf16 and the translation runs (test_fsdp.train_together). The
+one-process runs (the bf16 reference, translate) run in the test process."""
 
 import pytest
 
-from tests.training.test_fsdp import base_overrides, losses, ok, summary, train
+from blocklab.cli import main
+from tests.training.test_fsdp import base_overrides, losses, ok, summary, train_args, train_here, train_together
 
 pytestmark = pytest.mark.slow
 
@@ -16,62 +17,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def over(corpus_dir):
     return base_overrides(corpus_dir)
-
-
-def test_bf16_mixed_precision_policy_trains_like_one_process_bf16(tmp_path, over):
-    bf16 = ["--train.precision", "bf16"]
-    ok(train(tmp_path / "one", over, 1, bf16))
-    ok(train(tmp_path / "two", over, 2, bf16 + ["--train.parallel", "fsdp"]))
-    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
-    # FSDP gathers bf16 copies of the blocks' weights, gains and norm weights included, which autocast
-    # leaves fp32: close, not equal (6e-4 at most, measured on this config)
-    assert two == pytest.approx(one, abs=5e-3) and two[-1] < two[0] - 0.3
-
-
-def test_translation_under_fsdp_then_translate_in_one_process(tmp_path):
-    from tests.training.test_translation_train import write_pairs
-
-    over = {
-        "model": {"task": "translation", "block": "pre-ln", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
-        "data": {
-            "source": str(write_pairs(tmp_path / "pairs.tsv")),
-            "vocab_size": 300,
-            "seq_len": 24,
-            "val_fraction": 0.1,
-        },
-        "train": {
-            "steps": 6,
-            "batch_size": 8,
-            "log_every": 1,
-            "eval_every": 3,
-            "eval_batches": 1,
-            "checkpoint_every": 3,
-            "lr": 3e-3,
-            "device": "cpu",
-            "parallel": "fsdp",
-        },
-    }
-    ok(train(tmp_path / "t", over, 2))
-    s = summary(tmp_path / "t")
-    assert s["world_size"] == 2 and s["final_bleu"] is not None  # BLEU decoded through the sharded root
-    (tmp_path / "in.txt").write_text("Haus Baum\nKatze\n")
-    r = ok(
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "blocklab",
-                "translate",
-                "--run",
-                str(tmp_path / "t"),
-                "--input",
-                str(tmp_path / "in.txt"),
-            ],
-            capture_output=True,
-            text=True,
-        )
-    )
-    assert len(r.stdout.splitlines()) == 2
 
 
 EVERY_BLOCK = r"""
@@ -108,31 +53,84 @@ for name in sorted(REGISTRY):
     worst = max((gathered(p.detach()).reshape(q.shape) - q.detach()).abs().max().item()
                 for p, q in zip(model.parameters(), ref.parameters()))
     if d.main:
-        print(f"{name} {worst:.3g}", flush=True)
-d.close()
-"""
+        print(f"worst {name} {worst:.3g}", flush=True)
+
+# The process group stays open: the first run (its setup finds it) trains in it and closes it."""
 
 
-def test_every_block_shards_and_trains_like_one_process(tmp_path):
+def translation_overrides(root) -> dict:
+    from tests.training.test_translation_train import write_pairs
+
+    return {
+        "model": {"task": "translation", "block": "pre-ln", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
+        "data": {
+            "source": str(write_pairs(root / "pairs.tsv")),
+            "vocab_size": 300,
+            "seq_len": 24,
+            "val_fraction": 0.1,
+        },
+        "train": {
+            "steps": 6,
+            "batch_size": 8,
+            "log_every": 1,
+            "eval_every": 3,
+            "eval_batches": 1,
+            "checkpoint_every": 3,
+            "lr": 3e-3,
+            "device": "cpu",
+            "parallel": "fsdp",
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory, over):
+    """The torchrun start: every block's sharded steps (on stdout), the bf16 FSDP run (bf16-2) and the
+    translation run (translation); bf16-1, the bf16 run's one-process reference, trains in this process."""
+    root = tmp_path_factory.mktemp("fsdp-blocks")
+    bf16 = ["--train.precision", "bf16"]
+    train_here(root / "bf16-1", over, bf16)
+    p, _ = train_together(
+        [
+            train_args(root / "bf16-2", over, bf16 + ["--train.parallel", "fsdp"]),
+            train_args(root / "translation", translation_overrides(root)),
+        ],
+        prelude=EVERY_BLOCK,
+    )
+    ok(p)
+    return root, p
+
+
+def test_bf16_mixed_precision_policy_trains_like_one_process_bf16(sharded):
+    root, _ = sharded
+    s = summary(root / "bf16-2")
+    assert (s["world_size"], s["parallel"], s["precision"], s["status"]) == (2, "fsdp", "bf16", "completed")
+    one, two = losses(root / "bf16-1"), losses(root / "bf16-2")
+    # FSDP gathers bf16 copies of the blocks' weights, gains and norm weights included, which autocast
+    # leaves fp32: close, not equal (6e-4 at most, measured on this config)
+    assert two == pytest.approx(one, abs=5e-3) and two[-1] < two[0] - 0.3
+
+
+def test_translation_under_fsdp_then_translate_in_one_process(sharded, tmp_path, capsys):
+    root, _ = sharded
+    s = summary(root / "translation")
+    assert s["world_size"] == 2 and s["final_bleu"] is not None  # BLEU decoded through the sharded root
+    (tmp_path / "in.txt").write_text("Haus Baum\nKatze\n")
+    capsys.readouterr()
+    # in this process, which has no process group
+    assert main(["translate", "--run", str(root / "translation"), "--input", str(tmp_path / "in.txt")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_every_block_shards_and_trains_like_one_process(sharded):
     """Each block's sharded weights after 3 clipped AdamW steps on 2 processes equal those of one
     process on the whole batch: FSDP2 units, scalar gains, clipping over shards and nGPT's
     re-normalisation of sharded matrices (one torchrun for all the blocks)."""
     from blocklab.registry import REGISTRY
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "--no-python",
-        sys.executable,
-        "-c",
-        EVERY_BLOCK,
-    ]
-    p = ok(subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600))
+    _, p = sharded
     print(p.stdout)
-    worst = dict(line.split() for line in p.stdout.splitlines())
+    worst = dict(line.split()[1:] for line in p.stdout.splitlines() if line.startswith("worst "))
     assert set(worst) == set(REGISTRY)
     # A broken shard would be off by about a step (lr = 1e-2); float noise, which Adam's m / sqrt(v)
     # amplifies for near-zero gradients, stays near 1e-5 (peri-ln's largest).
