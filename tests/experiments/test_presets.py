@@ -101,3 +101,19 @@ def test_scaling_tunes_pre_ln_sas_p_and_two_successors_at_three_sizes(name):
         if r.group.startswith("pre-ln") and r.value == s.tunes[None].values[0]
     ]
     assert flops == sorted(flops) and len(set(flops)) == len(flops)  # each size more compute than the last
+
+
+@pytest.mark.parametrize("name", ["stream", "stream-gpu"])
+def test_stream_sets_every_residual_stream_block_against_pre_ln_at_its_depth(name):
+    from blocklab.blocks import REGISTRY
+
+    s = load_sweep(name)
+    stream = {b for b in BLOCKS if REGISTRY[b].family == "stream"}
+    assert len(stream) == 6
+    for exp, meta in s.experiments.items():
+        cfgs = {r.group: r.config for r in s.runs if r.experiment == exp}
+        assert {c.model.block for c in cfgs.values()} == stream | {"pre-ln"}
+        assert cfgs[meta["target_run"]].model.block == "pre-ln"
+        assert len({c.model.n_layers for c in cfgs.values()}) == 1  # each against Pre-LN at its own depth
+    depths = sorted({r.config.model.n_layers for r in s.runs})
+    assert depths == ([4, 24] if name == "stream" else [6])
