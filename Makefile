@@ -7,6 +7,10 @@ DEV_STAMP := $(VENV)/.installed-dev
 # satisfied and pip never fetches the multi-gigabyte CUDA build on a CPU machine.
 TORCH ?= torch==2.13.0
 DEMO_OUT ?= demo
+# Byte-compiled modules are cached in __pycache__ even where the environment says not to: the tests start
+# about a hundred Python processes (torchrun workers, the command line), each recompiling every module
+# it imports without the cache.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install test test-fast demo bench clean
 
