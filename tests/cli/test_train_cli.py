@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from blocklab.cli import main
+from tests.cli.forked import Server
 from tests.helpers import as_args
 
 
@@ -21,8 +22,24 @@ def blocklab(*args, env_extra=None, **kw):
     )
 
 
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory):
+    """The commands below that are processes fork from one that imported torch and blocklab once
+    (tests/cli/forked.py): the signals, kills and exit codes are a process's, without its 5 s of imports."""
+    server = Server(tmp_path_factory.mktemp("forked"))
+    yield server
+    server.close()
+
+
 def losses(run: Path):
     return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def computed(run: Path) -> list[dict]:
+    """Every value metrics.jsonl's rows compute from the model (losses, gains, gradient norms), not timings."""
+    rows = map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+    keep = ("step", "loss", "eval_loss")
+    return [{k: v for k, v in r.items() if k in keep or k.startswith(("gain/", "grad/"))} for r in rows]
 
 
 KILL_DURING_CHECKPOINT = r"""
@@ -43,33 +60,27 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.slow
-def test_kill_9_during_checkpoint_write_then_resume(tmp_path, overrides):
-    args = ["train", "--out", tmp_path / "cut", *as_args(overrides)]
-    p = subprocess.run([sys.executable, "-c", KILL_DURING_CHECKPOINT, *map(str, args)], capture_output=True, text=True)
+def test_kill_9_during_checkpoint_write_then_resume(tmp_path, overrides, forked):
+    p = forked.run(["train", "--out", tmp_path / "cut", *as_args(overrides)], script=KILL_DURING_CHECKPOINT)
     assert p.returncode == -signal.SIGKILL
     ckdir = tmp_path / "cut" / "checkpoints"
     assert (ckdir / "latest").read_text() == "step-00000010" and list(ckdir.glob(".tmp-step-00000015-*"))
-    r = blocklab("train", "--out", tmp_path / "cut", "--resume", *as_args(overrides))
+    r = forked.run(["train", "--out", tmp_path / "cut", "--resume", *as_args(overrides)])
     assert r.returncode == 0, r.stderr
     assert not list(ckdir.glob(".tmp-*"))  # the half-written folder was cleaned up
-    full = blocklab("train", "--out", tmp_path / "full", *as_args(overrides))
+    full = forked.run(["train", "--out", tmp_path / "full", *as_args(overrides)])
     assert full.returncode == 0, full.stderr
     assert losses(tmp_path / "cut") == losses(tmp_path / "full")
 
 
-def interrupt(out: Path, args, rows: int, sig) -> subprocess.CompletedProcess:
+def interrupt(forked: Server, out: Path, args, rows: int, sig) -> dict:
     """`blocklab train --out out *args`, sent `sig` once metrics.jsonl has `rows` rows."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "blocklab", "train", "--out", str(out), *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = forked.start(["train", "--out", out, *args])
     deadline = time.time() + 120
     while time.time() < deadline:
         if (out / "metrics.jsonl").is_file() and len((out / "metrics.jsonl").read_text().splitlines()) >= rows:
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
@@ -78,14 +89,14 @@ def interrupt(out: Path, args, rows: int, sig) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, overrides, sig):
+def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, overrides, sig, forked):
     overrides["train"].update(steps=100_000, checkpoint_every=100_000, warmup_steps=0)
     out = tmp_path / "r"
-    summary = interrupt(out, as_args(overrides), 3, sig)
+    summary = interrupt(forked, out, as_args(overrides), 3, sig)
     assert summary["status"] == "interrupted" and summary["step"] >= 3
     assert (out / "checkpoints" / "latest").read_text() == f"step-{summary['step']:08d}"
     # The same command with --resume goes on from there (and stops again at the next signal).
-    again = interrupt(out, ["--resume", *as_args(overrides)], summary["step"] + 2, sig)
+    again = interrupt(forked, out, ["--resume", *as_args(overrides)], summary["step"] + 2, sig)
     assert again["status"] == "interrupted" and again["step"] >= summary["step"] + 2
     assert [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())] == list(
         range(1, again["step"] + 1)
@@ -163,26 +174,25 @@ def test_generate_continues_the_prompt(tmp_path, overrides, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["clm", "mlm"])
-def test_torchrun_ddp_matches_single_process(tmp_path, overrides, task):
+def test_torchrun_ddp_matches_single_process(tmp_path, overrides, task, forked):
     overrides["model"]["task"] = task
     # gloo on the CPU: the comparison is exact there, and a 1-GPU machine cannot host 2 CUDA ranks.
     overrides["train"].update(steps=6, eval_every=3, device="cpu")
-    single = blocklab("train", "--out", tmp_path / "one", *as_args(overrides))
+    single = forked.run(["train", "--out", tmp_path / "one", *as_args(overrides)])
     assert single.returncode == 0, single.stderr
+    # `python -m torch.distributed.run ...` (torchrun) forked from the server: its two workers are the
+    # fresh `python -u -m blocklab train ...` processes it starts.
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=2",
         "-m",
         "blocklab",
         "train",
         "--out",
-        str(tmp_path / "two"),
-        *map(str, as_args(overrides)),
+        tmp_path / "two",
+        *as_args(overrides),
     ]
-    ddp = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+    ddp = forked.run(cmd, module="torch.distributed.run", env={"OMP_NUM_THREADS": "1"}, timeout=600)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(a) == len(b) == 6  # only rank 0 writes
@@ -190,13 +200,30 @@ def test_torchrun_ddp_matches_single_process(tmp_path, overrides, task):
     assert json.loads((tmp_path / "two" / "summary.json").read_text())["world_size"] == 2
 
 
-SHIFTED_HEAP = r"""
+HELD = r"""
 import os, random, sys
 import torch
-keep = [torch.empty(random.Random(os.urandom(8)).randint(1, 1 << 20)).fill_(1.0) for _ in range(4)]
+if sys.argv.pop(1) == "shifted":
+    keep = [torch.empty(random.Random(os.urandom(8)).randint(1, 1 << 20)).fill_(1.0) for _ in range(4)]
+import torch._dynamo, blocklab.training.trainer  # the slow imports (they compute nothing)
 from blocklab.cli import main
+print("imported", flush=True)
+sys.stdin.readline()  # then trains when told
 sys.exit(main(sys.argv[1:]))
 """
+BUSY = "print(flush=True)\nwhile True: pass"  # says when it spins
+
+
+def held(heap: str, out: Path, args, env) -> subprocess.Popen:
+    """`blocklab train --out out *args` that imports, then waits for a line on stdin to train."""
+    return subprocess.Popen(
+        [sys.executable, "-c", HELD, heap, "train", "--out", str(out), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.mark.slow
@@ -204,22 +231,30 @@ def test_bits_do_not_depend_on_load_or_heap_layout(tmp_path, overrides):
     """README's statement of when a CPU run is bit-exact: a process beside two busy loops, its heap
     shifted by random allocations, trains the same bits as a quiet one (benchmarks/determinism.py
     measures more conditions)."""
+    # 8 steps, not 20 (each step runs the same reductions on the same shapes), and of each step every
+    # value computed from the model is compared: the loss, the gains and gradient norms, the evaluations.
+    overrides["train"].update(steps=8, eval_every=4)
     args = [*map(str, as_args(overrides))]
     # Two threads, not the suite's one: the claim is about threaded reductions, which load could reorder.
-    threads = {"OMP_NUM_THREADS": "2"}
-    quiet = blocklab("train", "--out", tmp_path / "quiet", *args, env_extra=threads)
-    assert quiet.returncode == 0, quiet.stderr
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    # Both import at once; then the quiet one trains alone, then the other one beside two busy loops.
+    procs = [held("quiet", tmp_path / "quiet", args, env), held("shifted", tmp_path / "busy", args, env)]
+    busy = []
     try:
-        p = subprocess.run(
-            [sys.executable, "-c", SHIFTED_HEAP, "train", "--out", str(tmp_path / "busy"), *args],
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, **threads),
-            timeout=600,
-        )
+        for p in procs:
+            assert p.stdout.readline() == "imported\n", p.communicate(timeout=60)[1]
+        quiet, loaded = procs
+        _, err = quiet.communicate("go\n", timeout=600)
+        assert quiet.returncode == 0, err
+        busy = [subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        assert [b.stdout.readline() for b in busy] == ["\n", "\n"]
+        _, err = loaded.communicate("go\n", timeout=600)
     finally:
-        for b in busy:
-            b.kill()
-    assert p.returncode == 0, p.stderr
+        for p in procs + busy:
+            p.kill()
+            p.wait()
+    assert loaded.returncode == 0, err
     assert losses(tmp_path / "busy") == losses(tmp_path / "quiet")
+    rows = computed(tmp_path / "quiet")
+    assert computed(tmp_path / "busy") == rows and [r["step"] for r in rows] == list(range(1, 9))
+    assert sum("eval_loss" in r for r in rows) == 2 and all(any(k.startswith("grad/") for k in r) for r in rows)
