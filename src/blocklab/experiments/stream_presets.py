@@ -11,34 +11,16 @@ decay): none of the six papers states a training setting of its own method beyon
 
 from __future__ import annotations
 
-from blocklab.registry import PUBLIC_BLOCKS
+from blocklab.experiments.zoo_presets import depth_experiments
 
 STREAM_BLOCKS = ["pre-ln", "hyper-connections", "mhc", "attn-res", "denseformer", "value-residual", "laurel"]
 
 
 def stream_experiments(depths: list[int], lrs: list[float]) -> dict:
-    """One experiment per depth, every block of STREAM_BLOCKS against Pre-LN at that depth, each over `lrs`.
-    Returns the sweep's `experiments` and `runs`."""
-    runs = [
-        {
-            "name": f"{b}_L{n}",
-            "label": f"{PUBLIC_BLOCKS[b]}, {n} layers",
-            "model.block": b,
-            "model.n_layers": n,
-            "experiment": f"L{n}",
-        }
-        for n in depths
-        for b in STREAM_BLOCKS
-    ]
-    experiments = {
-        f"L{n}": {
-            "title": f"The residual stream at {n} layers, each block at its own best rate",
-            "target_run": f"pre-ln_L{n}",
-            "tune": {"key": "train.lr", "values": lrs},
-        }
-        for n in depths
-    }
-    return {"experiments": experiments, "runs": runs}
+    """Every block of STREAM_BLOCKS against Pre-LN at each depth of `depths`, each over `lrs`."""
+    return depth_experiments(
+        STREAM_BLOCKS, depths, lrs, title="The residual stream at {n} layers, each block at its own best rate"
+    )
 
 
 STREAM = {

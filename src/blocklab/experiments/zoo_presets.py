@@ -125,18 +125,27 @@ DEPTHS = [6, 12, 24, 48]
 DEPTH_LRS = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
 
 
-def depth_experiments(blocks: list[str], depths: list[int], lrs: list[float]) -> dict:
+def depth_experiments(blocks: list[str], depths: list[int], lrs: list[float], title: str = "{n} layers") -> dict:
     """One experiment per depth, each block against Pre-LN *at that depth* (a deeper model has more
     parameters and a different best rate: comparing it with a 6-layer reference would say nothing about
-    the block). Returns the sweep's `experiments` and `runs`."""
+    the block), each over `lrs`; `title` with {n} the depth. Returns the sweep's `experiments` and `runs`."""
     runs = [
-        {"name": f"{b}_L{n}", "label": f"{PUBLIC_BLOCKS[b]}, {n} layers", "model.block": b, "model.n_layers": n}
-        | {"experiment": f"L{n}"}
+        {
+            "name": f"{b}_L{n}",
+            "label": f"{PUBLIC_BLOCKS[b]}, {n} layers",
+            "model.block": b,
+            "model.n_layers": n,
+            "experiment": f"L{n}",
+        }
         for n in depths
         for b in blocks
     ]
     experiments = {
-        f"L{n}": {"title": f"{n} layers", "target_run": f"pre-ln_L{n}", "tune": {"key": "train.lr", "values": lrs}}
+        f"L{n}": {
+            "title": title.format(n=n),
+            "target_run": f"pre-ln_L{n}",
+            "tune": {"key": "train.lr", "values": lrs},
+        }
         for n in depths
     }
     return {"experiments": experiments, "runs": runs}
