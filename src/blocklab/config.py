@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from blocklab.block_table import gain_default
 from blocklab.errors import ConfigError
 from blocklab.registry import PUBLIC_BLOCKS, REGISTRY, TASKS, block_names
-from blocklab.settings import KEY, setting, validate
+from blocklab.settings import setting, validate
 
 # Which block offers which task and whether dropout applies to it are facts of its BlockSpec (registry.py).
 NORMS = ("rmsnorm", "layernorm", "dyt")
@@ -17,11 +17,6 @@ INITS = ("normal", "xavier")
 ATTN_IMPLS = ("auto", "sdpa", "fused", "materialized")
 POSITIONS = ("learned", "sinusoidal")
 POOLINGS = ("first", "mean")
-
-
-def model_choices() -> dict[str, tuple[str, ...]]:
-    """The values --help lists for every ModelConfig field that takes one of a list (the public blocks for block)."""
-    return {f.name: f.metadata[KEY].listed_choices() for f in fields(ModelConfig) if f.metadata[KEY].choices}
 
 
 def reject_unknown(cls):
