@@ -147,3 +147,9 @@ def gain_default(gain: str) -> str:
             by_value.setdefault(getattr(facts, gain), []).append(name)
     own = "; ".join(f"{v} for {', '.join(names)}" for v, names in by_value.items())
     return f"the block's own ({own}; other blocks have no such gain)" if own else "the block's own"
+
+
+def sublayer_name(k: int) -> str:
+    """Sub-layer k = 0, 1, ... of a stack (attention 2l, MLP 2l + 1 of block l), named from 1 as the papers
+    count layers: the probes and the report name the residual-stream blocks' connections with it."""
+    return f"{'attn' if k % 2 == 0 else 'mlp'} {k // 2 + 1}"

@@ -92,13 +92,18 @@ class HyperConnection(nn.Module):
             self.s_alpha = gain(S_INIT)
             self.s_beta = gain(S_INIT)
 
-    def forward(self, H, sublayer):
+    def connections(self, H):
+        """[A_m | A_r] (n x (n + 1), or (..., n, n + 1) per token when dynamic) and B (n, or (..., n)) for H."""
         alpha = self.static_alpha.view(self.n, self.n + 1)  # row i: how stream i feeds [h | the n streams]
         beta = self.static_beta
         if self.dynamic:
             h = self.norm(H)  # per stream, so each stream's row of A(H) and entry of B(H) depends on it alone
             alpha = alpha + self.s_alpha * torch.tanh(self.w_alpha(h))
             beta = beta + self.s_beta * torch.tanh(self.w_beta(h)).squeeze(-1)
+        return alpha, beta
+
+    def forward(self, H, sublayer):
+        alpha, beta = self.connections(H)
         with full_precision(H):
             mix = alpha.transpose(-1, -2).to(H.dtype) @ H  # (..., 1 + n, d): the sub-layer's input A_m^T H, A_r^T H
         return beta.unsqueeze(-1) * sublayer(mix[..., 0, :]).unsqueeze(-2) + mix[..., 1:, :]
