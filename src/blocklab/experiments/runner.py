@@ -8,6 +8,7 @@ from pathlib import Path
 from blocklab.atomic import writable_dir, write_atomic
 from blocklab.errors import UserError
 from blocklab.experiments.jobs import run_many
+from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts
 
@@ -140,6 +141,7 @@ def run_sweep(
             log("sweep interrupted while fine-tuning; run the same command again to continue")
             return {"status": "interrupted", "runs": results, "finals": finals}
     _note_leftovers(sweep, finals, out, log)
+    run_stream_probes(finals, out, log)  # before the verdicts: mHC's claim reads them
     verdicts = compute_verdicts(sweep, out, finals)
     write_atomic(out / "verdicts.json", json.dumps(verdicts, indent=2) + "\n")
     return {"status": "completed", "runs": results, "finals": finals, "verdicts": verdicts}

@@ -24,6 +24,8 @@ from blocklab.training.config import RunConfig, TrainConfig, config_differences,
 from blocklab.training.optim import inv_sqrt_scale
 
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json", "checkpoints", "tb")
+# Written beside a finished run by a sweep (experiments/stream_probes.py), read by the report.
+STREAM_PROBES = "stream_probes.json"
 # Fields that may change when resuming: how long to train, how often to log, how to fit the batch in
 # memory and whether to stop stalled runs, not what to train. train.parallel fixes the checkpoint format.
 # train.steps has rules of its own (steps_refusal).
