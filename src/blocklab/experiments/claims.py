@@ -17,7 +17,7 @@ HE = "He & Hofmann (2024)"
 XIONG = "Xiong et al. (2020)"
 
 
-def _resolved(sweep, exp) -> dict:
+def resolved_groups(sweep, exp) -> dict:
     """{group: (block, warm-up steps)} from each group's resolved config (a warm-up may come from the base)."""
     out = {}
     for g in sweep.groups:
@@ -28,6 +28,11 @@ def _resolved(sweep, exp) -> dict:
         cfg = sweep.make_run(g, size, tune.values[0] if tune else None, sweep.final_seeds()[0], "final").config
         out[g.name] = (cfg.model.block, cfg.train.warmup_steps)
     return out
+
+
+def resolved_blocks(sweep, exp) -> dict:
+    """{group: block} of experiment `exp`, from each group's resolved config."""
+    return {name: block for name, (block, _) in resolved_groups(sweep, exp).items()}
 
 
 def _fmt_range(r) -> str:
@@ -152,6 +157,6 @@ def _xiong(exp: str, result: dict, groups: dict) -> list[dict]:
 def claims(experiments: dict, sweep) -> list[dict]:
     out = []
     for exp, result in experiments.items():
-        groups = _resolved(sweep, exp)
+        groups = resolved_groups(sweep, exp)
         out += _he(exp, result, groups) + _xiong(exp, result, groups)
     return out

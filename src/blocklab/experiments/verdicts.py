@@ -15,6 +15,7 @@ from pathlib import Path
 from blocklab import stats
 from blocklab.experiments.claims import claims
 from blocklab.experiments.secondary import secondary_metrics
+from blocklab.experiments.stream_claims import stream_claims
 from blocklab.experiments.sweep import GroupSpec, RunSpec, Sweep
 from blocklab.experiments.tuning import DEFAULT_TOLERANCE
 
@@ -318,4 +319,5 @@ def compute_verdicts(sweep: Sweep, out: str | Path, finals: list[RunSpec]) -> di
     out = Path(out)
     experiments = {str(exp) if exp else sweep.name: _experiment(sweep, out, exp, finals) for exp in _experiments(sweep)}
     _comparisons(experiments)
-    return {"sweep": sweep.name, "experiments": experiments, "claims": claims(experiments, sweep)}
+    found = claims(experiments, sweep) + stream_claims(experiments, sweep, out, finals)
+    return {"sweep": sweep.name, "experiments": experiments, "claims": found}
