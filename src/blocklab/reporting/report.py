@@ -18,6 +18,7 @@ from blocklab.reporting.parts import Figure, Part, Section, build_part, loss_sec
 from blocklab.reporting.plan import check_plan, mark_changed, plan_rows, refusal, withhold
 from blocklab.reporting.runs import Run, load_runs
 from blocklab.reporting.settings import shared_settings
+from blocklab.reporting.stream import stream_sections
 from blocklab.reporting.verdicts import FIGURES as VERDICT_FIGURES
 from blocklab.reporting.verdicts import read_verdicts, verdict_sections
 
@@ -35,6 +36,7 @@ _OWN = (
     "probes_*.png",
     "bleu*.png",
     "grad_norms_training*.png",
+    "stream_*.png",
     downstream.FIGURE,
     *VERDICT_FIGURES,
 )
@@ -278,6 +280,7 @@ def build_report(root: str | Path, target_loss: float | None = None, allow_chang
     sections = [] if any(p.id for p in parts) else placed.pop(None, [])
     for p in parts:
         sections += placed.pop(p.id, []) + loss_sections(p, fig_dir, verdicts=verdicts.present)
+        sections += stream_sections(p, fig_dir)
     sections += placed.pop(None, [])  # experiments of verdicts.json that no part of the sweep holds
     runs = [r for p in parts for r in p.runs]  # report order: experiment, then family and block
     existing = [r for r in runs if r.exists]
