@@ -113,7 +113,26 @@ def test_stream_sets_every_residual_stream_block_against_pre_ln_at_its_depth(nam
     for exp, meta in s.experiments.items():
         cfgs = {r.group: r.config for r in s.runs if r.experiment == exp}
         assert {c.model.block for c in cfgs.values()} == stream | {"pre-ln"}
+        assert len(cfgs) == len(stream) + 2  # and ResFormer with fewer parameters (the next test)
         assert cfgs[meta["target_run"]].model.block == "pre-ln"
         assert len({c.model.n_layers for c in cfgs.values()}) == 1  # each against Pre-LN at its own depth
     depths = sorted({r.config.model.n_layers for r in s.runs})
     assert depths == ([4, 24] if name == "stream" else [6])
+
+
+@pytest.mark.parametrize("name", ["stream", "stream-gpu"])
+def test_stream_puts_a_resformer_with_the_claimed_fewer_parameters_beside_pre_ln(name):
+    """ResFormer's claim (16.11% fewer parameters, the same loss) needs a ResFormer of 83.89% of Pre-LN's size at
+    each depth: the MLP width of SMALL_RESFORMER_D_FF gives it to within 0.5% of the model."""
+    from blocklab import build_model
+    from blocklab.experiments.stream_presets import RESFORMER_FEWER
+
+    s = load_sweep(name)
+    for exp, meta in s.experiments.items():
+        cfgs = {r.group: r.config for r in s.runs if r.experiment == exp}
+        small = [c for g, c in cfgs.items() if g.startswith("value-residual-small")]
+        assert len(small) == 1 and small[0].model.block == "value-residual"
+        sizes = [
+            sum(p.numel() for p in build_model(c.model).parameters()) for c in (small[0], cfgs[meta["target_run"]])
+        ]
+        assert sizes[0] / sizes[1] == pytest.approx(1 - RESFORMER_FEWER, abs=0.005)

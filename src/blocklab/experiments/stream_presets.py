@@ -16,11 +16,34 @@ from blocklab.experiments.zoo_presets import depth_experiments
 STREAM_BLOCKS = ["pre-ln", "hyper-connections", "mhc", "attn-res", "denseformer", "value-residual", "laurel"]
 
 
-def stream_experiments(depths: list[int], lrs: list[float]) -> dict:
-    """Every block of STREAM_BLOCKS against Pre-LN at each depth of `depths`, each over `lrs`."""
-    return depth_experiments(
-        STREAM_BLOCKS, depths, lrs, title="The residual stream at {n} layers, each block at its own best rate"
-    )
+# ResFormer's headline (Zhou et al. 2024, abstract): "equivalent validation loss with 16.11% fewer model
+# parameters". Tested directly: a ResFormer whose MLP is narrowed until the whole model has 83.89% of Pre-LN's
+# parameters, against Pre-LN. {(d_model, n_layers, vocabulary, seq_len): d_ff}, the closest even width
+# (tests/experiments/test_stream_presets.py checks each ratio).
+RESFORMER_FEWER = 0.1611
+SMALL_RESFORMER_D_FF = {(64, 4, 1024, 64): 172, (64, 24, 1024, 64): 190, (512, 6, 8192, 128): 1442}
+
+
+def stream_experiments(grids: dict[int, list[float]], d: int, vocab: int, seq_len: int) -> dict:
+    """Every block of STREAM_BLOCKS against Pre-LN at each depth of `grids`, each over that depth's rates, and
+    ResFormer with 16% fewer parameters (ResFormer's claim) beside them."""
+    out: dict = {"experiments": {}, "runs": []}
+    for n, lrs in grids.items():
+        part = depth_experiments(
+            STREAM_BLOCKS, [n], lrs, title="The residual stream at {n} layers, each block at its own best rate"
+        )
+        d_ff = SMALL_RESFORMER_D_FF[(d, n, vocab, seq_len)]
+        small = {
+            "name": f"value-residual-small_L{n}",
+            "label": f"ResFormer, {RESFORMER_FEWER:.0%} fewer parameters (MLP {d_ff}), {n} layers",
+            "model.block": "value-residual",
+            "model.d_ff": d_ff,
+            "model.n_layers": n,
+            "experiment": f"L{n}",
+        }
+        out["experiments"].update(part["experiments"])
+        out["runs"] += part["runs"] + [small]
+    return out
 
 
 STREAM = {
@@ -28,7 +51,7 @@ STREAM = {
     "description": "The residual stream: Pre-LN against Hyper-Connections, mHC, Attention Residuals, DenseFormer, "
     "ResFormer's value residual and LAuReL-LR, causal LM on the Python standard library (d=64, T=64, "
     "vocabulary 1024, batch 16, 300 steps), at 4 layers and at 24, where Pre-LN's hidden state grows; He & "
-    "Hofmann's recipe; each block and depth at its own best of lr 1e-3..1e-1, three final seeds.",
+    "Hofmann's recipe; each block and depth at its own best of lr 1e-3..1e-1 (4 layers) or 3e-4..3e-2 (24 layers), three final seeds.",
     "expected_cost": "112 runs of 300 steps, 56 at 4 layers and 56 at 24: roughly 45 minutes on 2 idle CPU "
     "cores (an estimate from the quick preset's measured runs scaled by steps and layers, not a measurement; "
     "the streams cost more per step than Pre-LN: `blocklab bench --blocks ...` measures by how much)",
@@ -49,7 +72,9 @@ STREAM = {
             "stall_patience": 0,
         },
     },
-    **stream_experiments([4, 24], [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]),
+    # Pre-LN's best rate falls with depth (results/depth-h100: 1e-2 at 6 layers, 1e-3 at 24), so each depth's
+    # grid is centred where its Pre-LN's best was measured
+    **stream_experiments({4: [1e-3, 3e-3, 1e-2, 3e-2, 1e-1], 24: [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]}, 64, 1024, 64),
 }
 
 # GPU: a 10-minute script on one H100 (the tuned comparison of results/gpu-h100-tuned took 225 s for 30 runs
@@ -78,5 +103,5 @@ STREAM_GPU = {
             "checkpoint_every": 1000,
         },
     },
-    **stream_experiments([6], [3e-4, 1e-3, 3e-3, 1e-2]),
+    **stream_experiments({6: [3e-4, 1e-3, 3e-3, 1e-2]}, 512, 8192, 128),
 }
