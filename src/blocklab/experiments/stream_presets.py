@@ -24,9 +24,11 @@ RESFORMER_FEWER = 0.1611
 SMALL_RESFORMER_D_FF = {(64, 4, 1024, 64): 172, (64, 24, 1024, 64): 190, (512, 6, 8192, 128): 1442}
 
 
-def stream_experiments(grids: dict[int, list[float]], d: int, vocab: int, seq_len: int) -> dict:
-    """Every block of STREAM_BLOCKS against Pre-LN at each depth of `grids`, each over that depth's rates, and
-    ResFormer with 16% fewer parameters (ResFormer's claim) beside them."""
+def stream_experiments(
+    grids: dict[int, list[float]], d: int, vocab: int, seq_len: int, tune_seeds: list[int] | None = None
+) -> dict:
+    """Every block of STREAM_BLOCKS against Pre-LN at each depth of `grids`, each over that depth's rates (on
+    `tune_seeds`, default the sweep's), and ResFormer with 16% fewer parameters (ResFormer's claim) beside them."""
     out: dict = {"experiments": {}, "runs": []}
     for n, lrs in grids.items():
         part = depth_experiments(
@@ -41,50 +43,72 @@ def stream_experiments(grids: dict[int, list[float]], d: int, vocab: int, seq_le
             "model.n_layers": n,
             "experiment": f"L{n}",
         }
+        if tune_seeds is not None:
+            part["experiments"][f"L{n}"]["tune"]["seeds"] = tune_seeds
         out["experiments"].update(part["experiments"])
         out["runs"] += part["runs"] + [small]
     return out
 
 
+STREAM_BASE = {
+    "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
+    "model": {"d_model": 64, "n_heads": 4, "d_ff": 256},
+    "train": {
+        "steps": 300,
+        "batch_size": 16,
+        "weight_decay": 0.1,
+        "log_every": 5,
+        "eval_every": 150,
+        "eval_batches": 32,
+        "checkpoint_every": 300,
+        # these small models leave the unigram plateau at a step that varies with the seed: runs train to the
+        # end and a failure is a final loss at the cap (as in quick)
+        "stall_patience": 0,
+    },
+}
+STREAM_WHAT = (
+    "Pre-LN against Hyper-Connections, mHC, Attention Residuals, DenseFormer, ResFormer's value residual "
+    "(and a ResFormer with 16% fewer parameters) and LAuReL-LR, causal LM on the Python standard library (d=64, "
+    "T=64, vocabulary 1024, batch 16, 300 steps); He & Hofmann's recipe"
+)
+
 STREAM = {
     "name": "stream",
-    "description": "The residual stream: Pre-LN against Hyper-Connections, mHC, Attention Residuals, DenseFormer, "
-    "ResFormer's value residual and LAuReL-LR, causal LM on the Python standard library (d=64, T=64, "
-    "vocabulary 1024, batch 16, 300 steps), at 4 layers and at 24, where Pre-LN's hidden state grows; He & "
-    "Hofmann's recipe; each block and depth at its own best of lr 1e-3..1e-1 (4 layers) or 3e-4..3e-2 (24 layers), three final seeds.",
-    "expected_cost": "112 runs of 300 steps, 56 at 4 layers and 56 at 24: roughly 45 minutes on 2 idle CPU "
-    "cores (an estimate from the quick preset's measured runs scaled by steps and layers, not a measurement; "
-    "the streams cost more per step than Pre-LN: `blocklab bench --blocks ...` measures by how much)",
+    "description": f"The residual stream at 4 layers: {STREAM_WHAT}; each block at its own best of lr "
+    "1e-3..1e-1, three final seeds.",
+    "expected_cost": "64 runs of 300 steps at 4 layers: 25 minutes on 2 CPU cores (measured 2026-11-26, beside "
+    "other work; the streams cost more per step than Pre-LN, mHC about 5x: `blocklab bench` measures it)",
     "seeds": [0, 1, 2],
-    "base": {
-        "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
-        "model": {"d_model": 64, "n_heads": 4, "d_ff": 256},
-        "train": {
-            "steps": 300,
-            "batch_size": 16,
-            "weight_decay": 0.1,
-            "log_every": 5,
-            "eval_every": 150,
-            "eval_batches": 32,
-            "checkpoint_every": 300,
-            # these small models leave the unigram plateau at a step that varies with the seed: runs train
-            # to the end and a failure is a final loss at the cap (as in quick)
-            "stall_patience": 0,
-        },
-    },
-    # Pre-LN's best rate falls with depth (results/depth-h100: 1e-2 at 6 layers, 1e-3 at 24), so each depth's
-    # grid is centred where its Pre-LN's best was measured
-    **stream_experiments({4: [1e-3, 3e-3, 1e-2, 3e-2, 1e-1], 24: [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]}, 64, 1024, 64),
+    "base": STREAM_BASE,
+    # tuning seed 3 named, not derived from the final seeds: `--seeds 4,5,6` then replicates the verdicts on new
+    # final seeds at the rates already chosen
+    **stream_experiments({4: [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]}, 64, 1024, 64, tune_seeds=[3]),
+}
+
+# Depth: where Pre-LN's hidden state grows (Xiong et al.'s Lemma 2). Pre-LN's best rate falls with depth
+# (results/depth-h100: 1e-2 at 6 layers, 1e-3 at 24), so the grid is centred there. Three rates and two final
+# seeds keep it to about 90 minutes on 2 CPU cores: mHC's 20 Sinkhorn rounds per sub-layer make its 24-layer
+# runs about 5x Pre-LN's. The tuning seed is 3, as in `stream`.
+STREAM_DEPTH = {
+    "name": "stream-depth",
+    "description": f"The residual stream at 24 layers: {STREAM_WHAT}; each block at its own best of lr "
+    "3e-4, 1e-3, 3e-3 (tuning seed 3), two final seeds: which blocks train where Pre-LN's hidden state grows.",
+    "expected_cost": "40 runs of 300 steps at 24 layers: about 90 minutes on 2 CPU cores (an estimate from its "
+    "Pre-LN runs, 150 s each two at a time, and the 4-layer runs' cost per block)",
+    "seeds": [0, 1],
+    "base": STREAM_BASE,
+    **stream_experiments({24: [3e-4, 1e-3, 3e-3]}, 64, 1024, 64, tune_seeds=[3]),
 }
 
 # GPU: a 10-minute script on one H100 (the tuned comparison of results/gpu-h100-tuned took 225 s for 30 runs
 # of this size, six at a time).
 STREAM_GPU = {
     "name": "stream-gpu",
-    "description": "The residual stream at GPU size: Pre-LN against the six residual-stream blocks, 6 layers, "
+    "description": "The residual stream at GPU size: Pre-LN against the six residual-stream blocks (and a "
+    "ResFormer with 16% fewer parameters), 6 layers, "
     "d=512, 8 heads, MLP 2048, T=128, batch 32, 1000 steps, bf16, compile off, the Python standard library; "
     "He & Hofmann's recipe; each block at its own best of lr 3e-4..1e-2, two final seeds.",
-    "expected_cost": "42 runs of 1000 steps x 4k tokens: about 6 minutes on one H100, six at a time (an estimate "
+    "expected_cost": "48 runs of 1000 steps x 4k tokens: about 7 minutes on one H100, six at a time (an estimate "
     "from the 30 runs of the same size in results/gpu-h100-tuned, 225 s)",
     "seeds": [0, 1],
     "base": {
