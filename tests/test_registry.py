@@ -190,7 +190,7 @@ def test_a_registered_block_is_seen_everywhere(toy_block):
     with pytest.raises(
         ValueError,
         match="it applies to: post-ln, pre-ln, parallel, deepnorm, rezero, peri-ln, mix-ln, lns, attn-res, "
-        "denseformer, hyper-connections, mhc, laurel, value-residual, toy-block",
+        "denseformer, hyper-connections, mhc, laurel, value-residual, hybridnorm, resi-dual, toy-block",
     ):
         small_cfg("sas", dropout=0.1)
     with pytest.raises(ValueError, match="toy-block"):

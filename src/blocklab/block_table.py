@@ -115,6 +115,15 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
         "ResFormer",
         "u = x + MHA(Norm(x)) with values V_n <- lambda_1 V_1 + lambda_2 V_n for n >= 2; y = u + MLP(Norm(u)).",
     ),
+    # Section 2c: the last norm placements.
+    "hybridnorm": BlockFacts(
+        "HybridNorm",
+        "x_m = x + MHA(N(x W_Q), N(x W_K), N(x W_V)) W_O; y = N(x_m) + MLP(N(x_m)), N per head on q, k, v (Zhuo et al. 2025, Sec. 3).",
+    ),
+    "resi-dual": BlockFacts(
+        "ResiDual",
+        "x_a <- Norm(x_a + F(x_a)); x_d <- x_d + F(x_a) per sub-layer F; output x_a + Norm(x_d) (Xie et al. 2023, Sec. 3).",
+    ),
 }
 
 

@@ -11,7 +11,7 @@ from blocklab.registry import PUBLIC_BLOCKS, REGISTRY, TASKS, block_names
 from blocklab.settings import setting, validate
 
 # Which block offers which task and whether dropout applies to it are facts of its BlockSpec (registry.py).
-NORMS = ("rmsnorm", "layernorm", "dyt")
+NORMS = ("rmsnorm", "layernorm", "dyt", "derf")
 ACTIVATIONS = ("relu", "gelu")
 INITS = ("normal", "xavier")
 ATTN_IMPLS = ("auto", "sdpa", "fused", "materialized")
@@ -68,7 +68,9 @@ class ModelConfig:
         unit="tokens",
         min=1,
     )
-    norm: str = setting("rmsnorm", help="the norm layers; dyt: Dynamic Tanh in place of every norm", choices=NORMS)
+    norm: str = setting(
+        "rmsnorm", help="the norm layers; dyt: Dynamic Tanh, derf: Dynamic erf, in place of every norm", choices=NORMS
+    )
     activation: str = setting("relu", help="the MLP's activation", choices=ACTIVATIONS)
     init: str = setting("normal", help="weight initialisation (the block's own scalings apply on top)", choices=INITS)
     attn_impl: str = setting(
@@ -107,6 +109,9 @@ class ModelConfig:
         False, help="value-residual: the value-mixing lambdas are trained (init 0.5); false: fixed at 0.5"
     )
     laurel_rank: int = setting(32, help="laurel: the rank r of the learned low-rank path B A", min=1)
+    hybridnorm_first_pre: bool = setting(
+        False, help="hybridnorm: block 0 is a Pre-LN block, QKV-norm kept (HybridNorm*); false: every block HybridNorm"
+    )
     positions: str = setting("learned", help="position embeddings", choices=POSITIONS)
     tie_embeddings: bool = setting(True, help="the output layer shares the input embedding's weights")
     mlp_bias: bool = setting(False, help="biases in the MLP's two linear layers")
@@ -132,6 +137,14 @@ class ModelConfig:
     )
     qk_norm: bool = setting(False, help="RMSNorm on each head's queries and keys (any block built from norms)")
     dyt_alpha: float = setting(0.5, help="norm=dyt only: the initial alpha of tanh(alpha x)", min=0, min_exclusive=True)
+    derf_alpha: float = setting(
+        0.5, help="norm=derf only: the initial alpha of erf(alpha x + s)", min=0, min_exclusive=True
+    )
+    attn_gate: bool | str = setting(
+        False,
+        help="gated attention, W^O [SDPA(.) * sigmoid(x W_g)]: true, one gate per channel; headwise, one per head",
+        choices=(False, True, "headwise"),
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -141,9 +154,14 @@ class ModelConfig:
                 f"choose n_heads among the divisors of d_model"
             )
         spec = REGISTRY[self.block]
-        for option, used in (("dyt", self.norm == "dyt"), ("qk_norm", self.qk_norm is True)):
+        options = (
+            ("dyt", self.norm == "dyt", "norm='dyt'"),
+            ("derf", self.norm == "derf", "norm='derf'"),
+            ("qk_norm", self.qk_norm is True, "qk_norm=True"),
+            ("attn_gate", self.attn_gate is not False, f"attn_gate={self.attn_gate!r}"),
+        )
+        for option, used, value in options:
             if used and option not in spec.options:
-                value = "norm='dyt'" if option == "dyt" else "qk_norm=True"
                 raise ConfigError(
                     f"{value} does not apply to block {self.block!r}; it applies to: "
                     f"{', '.join(b for b, s in REGISTRY.items() if option in s.options)}"

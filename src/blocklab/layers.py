@@ -37,18 +37,50 @@ class DyT(nn.Module):
         return torch.addcmul(self.bias, self.weight, torch.tanh(self.a * x))
 
 
-def make_norm(kind: str, d: int, eps: float, dyt_alpha: float) -> nn.Module:
-    """The one place that maps the config's `norm` to a module."""
+class Derf(nn.Module):
+    """Dynamic erf, Derf(x) = g * erf(a x + s) + b (Chen et al. 2025, "Stronger Normalization-Free Transformers",
+    arXiv 2512.10938): a trainable scalar a (init `alpha`; the paper's and its ViT code's default 0.5),
+    a trainable scalar shift s (init 0), g ones and b zeros of width d.
+
+    What the paper leaves open, as the official code (zlab-princeton/Derf, `Dynamic_erf` in ViT/dynamic_erf.py
+    and the GPT-2 patch) settles it: s is one scalar per layer, not a vector, and it shifts erf's argument,
+    erf(a x + s), not its output. a and s are scalars and g, b vectors, so none gets weight decay (the
+    package's rule for every parameter of fewer than 2 dimensions, model/params.py; the GPT-2 patch's
+    nanoGPT optimizer decays only >= 2-D parameters too). The GPT-2 patch also multiplies the embedding by
+    a learnable sqrt(d) (`shared_scale`) and starts a at 1.0: a recipe of that model, outside the layer,
+    not taken here (the layer is what SPEC 2c names; `derf_alpha` sets a's start)."""
+
+    def __init__(self, d: int, alpha: float):
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor(float(alpha)))
+        self.s = nn.Parameter(torch.tensor(0.0))
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.bias, self.weight, torch.erf(torch.addcmul(self.s, self.a, x)))
+
+
+# The norms that are elementwise functions with no statistics (DyT, Derf): not scale-free, so a law that
+# assumes a unit-gain norm (probes/predictions.py) does not hold under them, and they replace even the norms a
+# block's paper fixes to RMSNorm (attn-res's key norm).
+POINTWISE_NORMS = {"dyt": DyT, "derf": Derf}
+
+
+def make_norm(kind: str, d: int, eps: float, dyt_alpha: float, derf_alpha: float = 0.5) -> nn.Module:
+    """The one place that maps the config's `norm` to a module; `dyt_alpha` / `derf_alpha` start DyT's / Derf's a."""
     if kind == "rmsnorm":
         return RMSNorm(d, eps)
     if kind == "dyt":
         return DyT(d, dyt_alpha)
+    if kind == "derf":
+        return Derf(d, derf_alpha)
     return nn.LayerNorm(d, eps=eps)
 
 
 def norm_layer(cfg) -> nn.Module:
     """A norm of width d_model as a ModelConfig asks for (every block's and the stack's norms)."""
-    return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha)
+    return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha, cfg.derf_alpha)
 
 
 def l2_normalise(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -47,10 +47,11 @@ def test_dyt_replaces_every_norm(block):
     if block != "op":
         assert paths(dyt, NORMS, skip_qk=False) == set()
     assert paths(dyt, DyT) == paths(normed, NORMS)
-    for m in dyt.modules():
+    for name, m in dyt.named_modules():
         if isinstance(m, DyT):
             assert m.a.shape == () and m.a.item() == 0.5 and m.a.requires_grad
-            assert torch.equal(m.weight, torch.ones(32)) and torch.equal(m.bias, torch.zeros(32))
+            width = 8 if ".qk_norm." in name else 32  # hybridnorm's per-head q, k, v norms: d_h = 32 / 4
+            assert torch.equal(m.weight, torch.ones(width)) and torch.equal(m.bias, torch.zeros(width))
 
 
 @pytest.mark.parametrize("block", ["pre-ln", "peri-ln", "sas-p", "sas-p-nonorm", "op"])

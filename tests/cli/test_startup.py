@@ -58,7 +58,7 @@ sys.exit(code)
     "setting, line",
     [
         (["--model.block", "nosuch"], "block='nosuch' is not valid; choose one of: post-ln, pre-ln, parallel,"),
-        (["--model.norm", "nosuch"], "norm='nosuch' is not valid; choose one of: rmsnorm, layernorm, dyt"),
+        (["--model.norm", "nosuch"], "norm='nosuch' is not valid; choose one of: rmsnorm, layernorm, dyt, derf"),
         (["--model.block", "ngpt", "--model.norm=nosuch"], "norm='nosuch' is not valid"),  # a block with a recipe
     ],
 )

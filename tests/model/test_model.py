@@ -114,4 +114,6 @@ def test_all_blocks_listed():
         "denseformer",
         "value-residual",
         "laurel",
+        "hybridnorm",
+        "resi-dual",
     }

@@ -67,5 +67,6 @@ def test_train_help_lists_the_choices_of_each_option():
 
     text = {line.split()[0]: line for line in describe_options().splitlines() if line.strip().startswith("--")}
     assert "ngpt" in text["--model.block"] and "deepnorm" in text["--model.block"]
-    assert text["--model.norm"].endswith("one of: rmsnorm, layernorm, dyt")
+    assert text["--model.norm"].endswith("one of: rmsnorm, layernorm, dyt, derf")
+    assert text["--model.attn_gate"].endswith("one of: false, true, headwise")
     assert "sgd" in text["--train.optimizer"] and "one of" not in text["--model.d_model"]

@@ -73,6 +73,40 @@ def make_qk_norm(cfg: ModelConfig, always: bool = False) -> QKNorm | None:
     return QKNorm(cfg.d_head, cfg.norm_eps) if cfg.qk_norm or always else None
 
 
+class AttentionGate(Linear):
+    """attn_gate: gated attention, W^O [SDPA(Q, K, V) * sigmoid(x W_g)] (Qiu et al. 2025, arXiv 2505.06708,
+    Sec. 2.2, Y' = Y * sigma(X W_theta) at position G1: after SDPA, before W^O). This Linear is W_g: d x d
+    (attn_gate=True, the paper's elementwise gate, one per channel of each head's output) or d x H
+    (attn_gate="headwise", one gate per head). Its forward returns the gate sigmoid(x W_g), in (0, 1), shaped
+    (B, T, H, d_h) or (B, T, H, 1) to multiply the heads' outputs with.
+
+    What the paper leaves open, as the official code (qiuzh20/gated_attention, modeling_qwen3.py,
+    `Qwen3Attention`, whose gate is extra output rows of `q_proj`) settles it:
+    - x is what the query projection reads, the sub-layer's normalised input; in a cross-attention (the
+      translation decoder's) the query side's, as the gate is one per query position.
+    - A bias only where the query projection has one (`bias`, the code's `qkv_bias`), zero at init as
+      every bias here; the paper's sigma(X W_theta) has none.
+    - W_g starts as the package starts its Linears: N(0, 0.02^2) under init="normal" (the code's draw:
+      its q_proj rows, HF's initializer_range 0.02), Xavier-uniform at gain 1 under init="xavier" (the
+      code has no Xavier rule); DeepNorm's gains do not touch it (DeepNet scales only W^V, W^O and the MLP).
+    - W_g is a matrix, so it gets weight decay, as every matrix here (model/params.py); its bias does not.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        headwise = cfg.attn_gate == "headwise"
+        super().__init__(cfg.d_model, cfg.n_heads if headwise else cfg.d_model, bias=cfg.bias)
+        self.n_heads, self.headwise = cfg.n_heads, headwise
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = torch.sigmoid(super().forward(x))
+        return g.unflatten(-1, (self.n_heads, -1))
+
+
+def make_attention_gate(cfg: ModelConfig) -> AttentionGate | None:
+    """The attention's output gate where the config asks for one (attn_gate True or "headwise"), else None."""
+    return AttentionGate(cfg) if cfg.attn_gate is not False else None
+
+
 class KVCache:
     """The keys and values (B, H, T, d_h) of the tokens decoded so far, for one self-attention."""
 
@@ -98,6 +132,8 @@ class MultiHeadAttention(nn.Module):
 
     `causal` defaults to the model's (cfg.causal); the translation decoder asks for a causal
     self-attention and a bidirectional cross-attention in a bidirectional-encoder model.
+
+    attn_gate: the heads' outputs are multiplied by the AttentionGate of X before W^P, on every path.
     """
 
     def __init__(self, cfg: ModelConfig, causal: bool | None = None, qk_norm: bool = False):
@@ -110,6 +146,8 @@ class MultiHeadAttention(nn.Module):
         self.q, self.k, self.v = (Linear(d, d, bias=cfg.bias, weight_init=qkv) for _ in range(3))
         self.proj = Linear(d, d, bias=cfg.bias)
         self.qk_norm = make_qk_norm(cfg, always=qk_norm)  # qk_norm=True: the block always has it (op)
+        # Made last, so that without it every other weight is drawn as before (init_weights' module order).
+        self.gate = make_attention_gate(cfg)
 
     @property
     def impl(self) -> str:
@@ -147,6 +185,10 @@ class MultiHeadAttention(nn.Module):
         else:
             k, v = self.keys_values(x)
         out = softmax_attention(q, k, v, self.causal, key_mask, self.impl)
+        if self.gate is not None:
+            # Outside the attention kernel, so every path (sdpa, materialized) gates the same output:
+            # (B, H, T, d_h) -> (B, T, H, d_h), times the gate, heads side by side (merge_heads' layout).
+            return self.proj((out.transpose(1, 2) * self.gate(x)).flatten(2))
         return self.proj(merge_heads(out))
 
 

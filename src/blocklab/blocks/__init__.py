@@ -7,6 +7,10 @@ from blocklab.blocks import classic, deepnorm, ngpt, simplified, successors  # n
 # isort: split
 # Section 2c's residual-stream blocks register after those of 2 and 2b.
 from blocklab.blocks import depthmix, hyper, laurel, value_residual  # noqa: F401
+
+# isort: split
+# Section 2c's last norm placements (HybridNorm, ResiDual) after the residual-stream blocks.
+from blocklab.blocks import placements  # noqa: F401
 from blocklab.blocks.hooks import NO_HOOKS, ModelHooks, model_hooks
 from blocklab.registry import (
     FAMILIES,

@@ -22,7 +22,7 @@ from blocklab.attention import MultiHeadAttention
 from blocklab.blocks.classic import PreLN
 from blocklab.blocks.hooks import ModelHooks
 from blocklab.config import ModelConfig
-from blocklab.layers import MLP, Dropout, make_norm, norm_layer
+from blocklab.layers import MLP, POINTWISE_NORMS, Dropout, make_norm, norm_layer
 from blocklab.registry import Predictions, register
 
 
@@ -40,15 +40,15 @@ class DepthAttention(nn.Module):
     One learned pseudo-query w (a d-vector, zero at init so the softmax is uniform: the mix starts as the
     mean of its sources) and one RMSNorm on the keys, which keeps a source of large magnitude from taking
     the softmax by its size alone (the paper's ablation "w/o RMSNorm"). The keys' norm is RMSNorm whatever
-    the config's `norm` says, as in the paper, except under norm="dyt", which replaces every norm layer
-    (SPEC 2b). w is a vector, so it gets no weight decay, as the gains.
+    the config's `norm` says, as in the paper, except under norm="dyt" or "derf", which replace every norm
+    layer (SPEC 2b, 2c). w is a vector, so it gets no weight decay, as the gains.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.query = nn.Parameter(torch.zeros(cfg.d_model))
-        key_norm = "dyt" if cfg.norm == "dyt" else "rmsnorm"
-        self.norm = make_norm(key_norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha)
+        key_norm = cfg.norm if cfg.norm in POINTWISE_NORMS else "rmsnorm"
+        self.norm = make_norm(key_norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha, cfg.derf_alpha)
 
     def weights(self, v: torch.Tensor) -> torch.Tensor:
         """softmax over the n sources of (n, B, T, d) v: (n, B, T), per token."""
@@ -104,7 +104,7 @@ class AttnRes(nn.Module):
 
     At init every mix is the mean of its n sources, which partition the outputs so far: Pre-LN's stream
     divided by n. The pre-norms and the final norm (RMSNorm, LayerNorm) undo the scale, so the model starts
-    as Pre-LN up to the norms' epsilon, whatever S (not under norm="dyt", which is not scale-free); the
+    as Pre-LN up to the norms' epsilon, whatever S (not under norm="dyt" or "derf", which are not scale-free); the
     pseudo-queries move it away from there.
     """
 

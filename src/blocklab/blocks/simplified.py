@@ -8,7 +8,12 @@ import torch.nn as nn
 from blocklab.attention import IdentityPlus, ShapedAttention
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, gain, norm_layer
-from blocklab.registry import Predictions, register
+from blocklab.registry import OPTIONS, Predictions, register
+
+# SPEC 2c's attn_gate gates softmax attention's output before W^O (Qiu et al. 2025). Shaped attention is not
+# that: SAS has no W^O, and a gate (sigmoid, about 1/2 at init) would undo the identity at init these blocks
+# are built on, so they refuse it; norm="dyt" / "derf" and qk_norm (a zero query stays zero) apply.
+SHAPED_OPTIONS = tuple(o for o in OPTIONS if o != "attn_gate")
 
 # The probes' source for every prediction below: shaped attention is the identity at init (He & Hofmann),
 # then the variance argument of Xiong et al.'s Lemma 2.
@@ -42,6 +47,7 @@ class _Sequential(nn.Module):
     family="simplified",
     colour="#8c564b",
     beta_ff=0.1,
+    options=SHAPED_OPTIONS,
     predictions=Predictions(hidden_norm="value-projection", hidden_norm_source=_HH),
 )
 class VSkipInit(_Sequential):
@@ -67,6 +73,7 @@ class VSkipInit(_Sequential):
     family="simplified",
     colour="#e377c2",
     beta_ff=0.1,
+    options=SHAPED_OPTIONS,
     predictions=Predictions(hidden_norm="identity-attention", hidden_norm_source=_HH),
 )
 class ShapedVP(_Sequential):
@@ -84,6 +91,7 @@ class ShapedVP(_Sequential):
     family="simplified",
     colour="#ff7f0e",
     beta_ff=0.1,
+    options=SHAPED_OPTIONS,
     predictions=Predictions(hidden_norm="identity-attention", hidden_norm_source=_HH),
 )
 class SAS(_Sequential):
@@ -100,6 +108,7 @@ class SAS(_Sequential):
     colour="#2ca02c",
     beta_ff=0.1,
     beta_sa=1.0,
+    options=SHAPED_OPTIONS,
     predictions=Predictions(hidden_norm="no-skip", hidden_norm_source=_HH),
 )
 class SASP(nn.Module):
@@ -126,6 +135,7 @@ class SASP(nn.Module):
     beta_ff=0.1,
     beta_sa=1.0,
     has_norms=False,
+    options=SHAPED_OPTIONS,
     predictions=Predictions(hidden_norm="no-skip-no-norm", hidden_norm_source=_HH),
 )
 class SASPNoNorm(SASP):
@@ -141,6 +151,7 @@ class SASPNoNorm(SASP):
     family="ablation",
     colour="#7f7f7f",
     beta_ff=0.1,
+    options=SHAPED_OPTIONS,
     predictions=Predictions(hidden_norm="softmax-no-skip", hidden_norm_source=_HH),
 )
 class SoftmaxNoSkip(_Sequential):

@@ -31,7 +31,7 @@ from blocklab.registry import Predictions, register
     final_norm=False,
     has_norms=False,
     dropout=True,
-    options=("qk_norm",),
+    options=("qk_norm", "attn_gate"),  # no norm layer for norm="dyt" / "derf" to replace
     predictions=Predictions(
         hidden_norm="identity", hidden_norm_source="ReZero: every block is the identity at init (a = 0)"
     ),

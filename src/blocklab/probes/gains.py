@@ -9,6 +9,7 @@ Keys (`l` is the block index, `h` the head):
     L{l}.alpha       ReZero's a
     L{l}.alpha_a     L{l}.alpha_m    L{l}.s_qk    L{l}.s_uv     nGPT's scalings, mean over the vector as used
     L{l}.dyt_a{i}    the alpha of the block's i-th DyT (norm="dyt")
+    L{l}.derf_a{i}   L{l}.derf_s{i}                     the alpha and the shift of the block's i-th Derf (norm="derf")
 
 The model is read through `named_parameters()` and `named_modules()`: any model whose blocks sit in a
 `ModuleList` called `blocks` and use blocklab's parameter names works.
@@ -22,7 +23,7 @@ from collections import defaultdict
 
 import torch.nn as nn
 
-from blocklab.layers import DyT, Scale
+from blocklab.layers import Derf, DyT, Scale
 from blocklab.model import gathered
 
 GAIN_NAMES = ("alpha", "beta", "gamma", "beta_ff", "beta_sa")
@@ -77,9 +78,11 @@ def gain_values(model: nn.Module) -> dict[str, float]:
 def _module_gains(model: nn.Module) -> dict[str, float]:
     """Gains that live in modules rather than as named scalars: nGPT's stored scalings (blocks/ngpt.py),
     as the mean over the vector of what the block uses (|alpha| for the eigen learning rates), and each
-    DyT's alpha (layers.DyT, `dyt_a{i}` for the i-th DyT of the block)."""
+    DyT's alpha (layers.DyT, `dyt_a{i}` for the i-th DyT of the block) and each Derf's alpha and shift
+    (layers.Derf, `derf_a{i}`, `derf_s{i}`)."""
     out: dict[str, float] = {}
     dyt: dict[int, int] = defaultdict(int)
+    derf: dict[int, int] = defaultdict(int)
     for name, m in model.named_modules():
         hit = _BLOCK.search(name)
         if hit is None:
@@ -91,6 +94,11 @@ def _module_gains(model: nn.Module) -> dict[str, float]:
         elif isinstance(m, DyT):
             out[f"L{layer}.dyt_a{dyt[layer]}"] = gathered(m.a.detach()).float().item()
             dyt[layer] += 1
+        elif isinstance(m, Derf):
+            i = derf[layer]
+            out[f"L{layer}.derf_a{i}"] = gathered(m.a.detach()).float().item()
+            out[f"L{layer}.derf_s{i}"] = gathered(m.s.detach()).float().item()
+            derf[layer] += 1
     return out
 
 

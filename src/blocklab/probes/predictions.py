@@ -30,6 +30,7 @@ from collections.abc import Mapping
 import torch
 
 from blocklab.blocks import REGISTRY
+from blocklab.layers import POINTWISE_NORMS
 from blocklab.registry import NORM_FREE_LAWS
 
 
@@ -190,8 +191,8 @@ def hidden_norm_prediction(cfg, n_layers: int) -> dict | None:
     """
     d, spec = cfg.d_model, REGISTRY[cfg.block]
     pred = spec.predictions
-    if pred.hidden_norm is None or (cfg.norm == "dyt" and pred.hidden_norm not in NORM_FREE_LAWS):
-        return None  # the laws below assume unit-gain norms; none covers a tanh in their place
+    if pred.hidden_norm is None or (cfg.norm in POINTWISE_NORMS and pred.hidden_norm not in NORM_FREE_LAWS):
+        return None  # the laws below assume unit-gain norms; none covers a tanh (erf) in their place
     step = LAWS[pred.hidden_norm]
     c = hidden_norm_constants(cfg)
     ff = cfg.resolved("beta_ff") if spec.beta_ff is not None else None

@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--norm",
         choices=NORMS,
         default="rmsnorm",
-        help="normalisation layer (dyt: Dynamic Tanh in place of every norm)" + D,
+        help="normalisation layer (dyt: Dynamic Tanh, derf: Dynamic erf, in place of every norm)" + D,
     )
     m.add_argument("--qk-norm", action="store_true", help="RMSNorm on each head's queries and keys (default: off)")
     m.add_argument("--activation", choices=("relu", "gelu"), default="relu", help="MLP activation" + D)
