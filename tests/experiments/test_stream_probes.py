@@ -57,7 +57,8 @@ def test_a_sweep_measures_its_stream_runs_and_pre_ln_beside_them_only(tmp_path, 
     assert run_stream_probes(specs[:1], tmp_path, quiet) == 0  # Pre-LN alone: nothing to set it beside
     assert not (tmp_path / "runs" / "pre-ln" / FILE).exists()
     lines = []
-    assert run_stream_probes(specs, tmp_path, lines.append) == 2
+    unresolved = RunSpec("later", "later", {})  # a final run whose config is not resolved yet: passed over
+    assert run_stream_probes([unresolved] + specs, tmp_path, lines.append) == 2
     assert "2 final run(s)" in lines[-1]
     vr = json.loads((tmp_path / "runs" / "value-residual" / FILE).read_text())
     assert vr["final"]["value_lambdas"] == [None, [0.5, 0.5]]

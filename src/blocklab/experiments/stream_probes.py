@@ -98,13 +98,11 @@ def read_probes(run: str | Path) -> dict | None:
 def run_stream_probes(finals, out: Path, log=print) -> int:
     """Measure every final run of a probed block (`wants_probes`) that has a checkpoint, where the sweep has a
     residual-stream block at all (Pre-LN alone is not measured); returns how many."""
-    blocks = [spec.config.model.block for spec in finals if spec.config is not None]
-    if not any(wants_probes(b) and b != "pre-ln" for b in blocks):
+    probed = [spec for spec in finals if spec.config is not None and wants_probes(spec.config.model.block)]
+    if not any(spec.config.model.block != "pre-ln" for spec in probed):
         return 0
     done = 0
-    for spec, block in zip(finals, blocks):
-        if not wants_probes(block):
-            continue
+    for spec in probed:
         run = Path(out) / "runs" / spec.name
         if not (run / "checkpoints").is_dir():
             continue
