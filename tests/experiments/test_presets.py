@@ -103,7 +103,7 @@ def test_scaling_tunes_pre_ln_sas_p_and_two_successors_at_three_sizes(name):
     assert flops == sorted(flops) and len(set(flops)) == len(flops)  # each size more compute than the last
 
 
-@pytest.mark.parametrize("name", ["stream", "stream-depth", "stream-gpu"])
+@pytest.mark.parametrize("name", ["stream", "stream-depth", "stream-depth-gpu", "stream-gpu"])
 def test_stream_sets_every_residual_stream_block_against_pre_ln_at_its_depth(name):
     from blocklab.blocks import REGISTRY
 
@@ -117,10 +117,10 @@ def test_stream_sets_every_residual_stream_block_against_pre_ln_at_its_depth(nam
         assert cfgs[meta["target_run"]].model.block == "pre-ln"
         assert len({c.model.n_layers for c in cfgs.values()}) == 1  # each against Pre-LN at its own depth
     depths = sorted({r.config.model.n_layers for r in s.runs})
-    assert depths == {"stream": [4], "stream-depth": [24], "stream-gpu": [6]}[name]
+    assert depths == {"stream": [4], "stream-depth": [24], "stream-depth-gpu": [24, 48], "stream-gpu": [6]}[name]
 
 
-@pytest.mark.parametrize("name", ["stream", "stream-depth", "stream-gpu"])
+@pytest.mark.parametrize("name", ["stream", "stream-depth", "stream-depth-gpu", "stream-gpu"])
 def test_stream_puts_a_resformer_with_the_claimed_fewer_parameters_beside_pre_ln(name):
     """ResFormer's claim (16.11% fewer parameters, the same loss) needs a ResFormer of 83.89% of Pre-LN's size at
     each depth: the MLP width of SMALL_RESFORMER_D_FF gives it to within 0.5% of the model."""

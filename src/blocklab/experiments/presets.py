@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_BERT
-from blocklab.experiments.stream_presets import STREAM, STREAM_DEPTH, STREAM_GPU
+from blocklab.experiments.stream_presets import STREAM, STREAM_DEPTH, STREAM_DEPTH_GPU, STREAM_GPU
 from blocklab.experiments.translation_presets import XIONG_IWSLT, XIONG_IWSLT_GPU
 from blocklab.experiments.warmup_presets import WARMUP, WARMUP_GPU, XIONG_ADAM_LRS, XIONG_SGD_LRS, xiong_arms
 from blocklab.experiments.zoo_presets import DEPTH, ZOO, ZOO_GPU
@@ -283,6 +283,7 @@ PRESETS = {
         SCALING_GPU,
         STREAM,
         STREAM_DEPTH,
+        STREAM_DEPTH_GPU,
         STREAM_GPU,
     )
 }

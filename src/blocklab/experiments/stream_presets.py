@@ -21,7 +21,12 @@ STREAM_BLOCKS = ["pre-ln", "hyper-connections", "mhc", "attn-res", "denseformer"
 # parameters, against Pre-LN. {(d_model, n_layers, vocabulary, seq_len): d_ff}, the closest even width
 # (tests/experiments/test_stream_presets.py checks each ratio).
 RESFORMER_FEWER = 0.1611
-SMALL_RESFORMER_D_FF = {(64, 4, 1024, 64): 172, (64, 24, 1024, 64): 190, (512, 6, 8192, 128): 1442}
+SMALL_RESFORMER_D_FF = {
+    (64, 4, 1024, 64): 172,
+    (64, 24, 1024, 64): 190,
+    (64, 48, 1024, 64): 192,
+    (512, 6, 8192, 128): 1442,
+}
 
 
 def stream_experiments(
@@ -98,6 +103,21 @@ STREAM_DEPTH = {
     "seeds": [0, 1],
     "base": STREAM_BASE,
     **stream_experiments({24: [3e-4, 1e-3, 3e-3]}, 64, 1024, 64, tune_seeds=[3]),
+}
+
+# The depth sweep on a GPU, at 24 and 48 layers: the CPU preset's settings (fp32, compile off), which 2 CPU
+# cores cannot run at 48 layers in a session (mHC's 48-layer runs alone would take hours).
+STREAM_DEPTH_GPU = {
+    "name": "stream-depth-gpu",
+    "description": f"The residual stream at 24 and 48 layers: {STREAM_WHAT}; each block and depth at its own "
+    "best of lr 3e-4, 1e-3, 3e-3 (tuning seed 3), two final seeds; fp32, compile off: the CPU preset's settings "
+    "on a GPU.",
+    "expected_cost": "80 runs of 300 steps at 24 and 48 layers: about 10 minutes on one H100 with --jobs 8 (an "
+    "estimate: the depth preset's 140 runs at 6 to 48 layers took 6 minutes there; mHC's many small kernels "
+    "may cost more), hours on 2 CPU cores",
+    "seeds": [0, 1],
+    "base": {**STREAM_BASE, "train": {**STREAM_BASE["train"], "compile": False}},
+    **stream_experiments({24: [3e-4, 1e-3, 3e-3], 48: [3e-4, 1e-3, 3e-3]}, 64, 1024, 64, tune_seeds=[3]),
 }
 
 # GPU: a 10-minute script on one H100 (the tuned comparison of results/gpu-h100-tuned took 225 s for 30 runs
