@@ -32,7 +32,8 @@ def test_help_lines_come_from_the_table():
     # the public blocks only: softmax-noskip is an ablation, valid in a config but not offered
     assert [line.split()[0] for line in describe_blocks().splitlines()[1:]] == list(BLOCKS)
     assert describe_recipes() == (
-        "  ngpt         --train.weight_decay 0.0, --train.warmup_steps 0  (Loshchilov et al. 2024, Sec. 2.6)"
+        "  ngpt         --train.weight_decay 0.0, --train.warmup_steps 0  (Loshchilov et al. 2024, Sec. 2.6)\n"
+        "  t-fixup      --train.warmup_steps 0  (Huang et al. 2020, abstract; official Train_IWSLT_TFixup_example.sh)"
     )
     assert (
         gain_default("beta_sa")

@@ -124,6 +124,17 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
         "ResiDual",
         "x_a <- Norm(x_a + F(x_a)); x_d <- x_d + F(x_a) per sub-layer F; output x_a + Norm(x_d) (Xie et al. 2023, Sec. 3).",
     ),
+    # Section 2c: the initialisations.
+    "admin": BlockFacts(
+        "Admin",
+        "u = LN(w_1 x + MHA(x)); y = LN(w_2 u + MLP(u)), each w a d-vector profiled at init (Liu et al. 2020, Sec. 4.3).",
+    ),
+    "t-fixup": BlockFacts(
+        "T-Fixup",
+        "u = x + MHA(x); y = u + MLP(u), no norm; T-Fixup's scaled Xavier init on V, W^P, W1, W2 (Huang et al. 2020).",
+        recipe=(("train.warmup_steps", 0),),
+        recipe_source="Huang et al. 2020, abstract; official Train_IWSLT_TFixup_example.sh",
+    ),
 }
 
 

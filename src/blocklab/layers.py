@@ -94,6 +94,7 @@ class InitRule(enum.Enum):
     CONFIG = "config"  # the config's `init`: N(0, 0.02^2) under "normal", Xavier-uniform at the gain under "xavier"
     ZEROS = "zeros"  # zero under either init (shaped attention's W^Q, the dW of I + dW)
     XAVIER_NORMAL = "xavier_normal"  # Xavier-normal at the gain under either init (DeepNorm's)
+    XAVIER_UNIFORM = "xavier_uniform"  # Xavier-uniform at the gain under either init (T-Fixup's)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,34 @@ class Linear(nn.Linear):
 def weight_init_of(linear: nn.Linear) -> WeightInit:
     """How init_weights starts `linear`: its declared WeightInit, DEFAULT_INIT for a plain nn.Linear."""
     return linear.weight_init if isinstance(linear, Linear) else DEFAULT_INIT
+
+
+@dataclass(frozen=True)
+class EmbeddingInit:
+    """A token embedding's start as a block's paper fixes it, whatever the config's `init` says: entries drawn
+    N(0, std^2) by init_weights. What the model multiplies the looked-up rows by stays the config's (sqrt(d) under
+    "xavier", 1 under "normal"); a tied output head uses the stored matrix."""
+
+    std: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.std, bool) or not isinstance(self.std, (int, float)) or not self.std > 0:
+            raise ValueError(f"EmbeddingInit std={self.std!r} is not valid; it must be a positive number")
+
+
+class Embedding(nn.Embedding):
+    """nn.Embedding that declares how init_weights starts it (`weight_init`): an EmbeddingInit, or None for the
+    config's init (N(0, 0.02^2) under "normal", N(0, 1/d) under "xavier"). The constructor draws what
+    nn.Embedding's draws, so building one instead leaves the random stream as it was."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, weight_init: EmbeddingInit | None = None):
+        super().__init__(num_embeddings, embedding_dim)
+        self.weight_init = weight_init
+
+
+def embedding_init_of(embedding: nn.Embedding) -> EmbeddingInit | None:
+    """How init_weights starts `embedding`: its declared EmbeddingInit, None (the config's) for a plain one."""
+    return embedding.weight_init if isinstance(embedding, Embedding) else None
 
 
 class MLP(nn.Module):

@@ -18,9 +18,9 @@ from tests.blocks.test_successors import assert_learns, code_ids
 from tests.helpers import assert_cached_decoding_matches, assert_causal, randomize, small_cfg
 
 NORMS = (RMSNorm, nn.LayerNorm)
-DYT_BLOCKS = tuple(b for b in BLOCKS if b not in ("ngpt", "rezero"))  # the two without a norm layer
+DYT_BLOCKS = tuple(b for b in BLOCKS if b not in ("ngpt", "rezero", "t-fixup"))  # those without a norm layer
 QK_BLOCKS = tuple(b for b in BLOCKS if "qk_norm" in REGISTRY[b].options)
-TRANSLATION = tuple(b for b in BLOCKS if "translation" in REGISTRY[b].tasks)
+TRANSLATION = tuple(b for b in DYT_BLOCKS if "translation" in REGISTRY[b].tasks)  # with norms to replace
 
 
 def paths(model, kinds, skip_qk=True):

@@ -28,15 +28,16 @@ def test_zoo_holds_every_block_and_both_options_with_two_seeds(name):
     assert n_lrs == {"zoo": 5, "zoo-gpu": 3}[name] and len(s.runs) == n_lrs * (
         len(BLOCKS) + 2
     )  # 1 tuning seed; the final seeds follow
-    # one shared recipe (He & Hofmann's), nGPT alone on its paper's: no weight decay, no warm-up
+    # one shared recipe (He & Hofmann's), nGPT and T-Fixup alone on their papers': no weight decay, no warm-up
     shared = {
         (c.train.optimizer, c.train.weight_decay, c.train.warmup_steps, c.train.schedule)
         for g, c in cfgs.items()
-        if g != "ngpt"
+        if g not in ("ngpt", "t-fixup")
     }
     assert len(shared) == 1 and next(iter(shared))[1] == 0.1 and next(iter(shared))[2] > 0
     assert len({(r.group, r.config.train.lr) for r in s.runs}) == len(s.runs)  # every block over the grid
     assert (cfgs["ngpt"].train.weight_decay, cfgs["ngpt"].train.warmup_steps) == (0.0, 0)
+    assert (cfgs["t-fixup"].train.weight_decay, cfgs["t-fixup"].train.warmup_steps) == (0.1, 0)
     steps = {c.train.steps for c in cfgs.values()}
     assert len(steps) == 1
 

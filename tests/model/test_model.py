@@ -116,4 +116,6 @@ def test_all_blocks_listed():
         "laurel",
         "hybridnorm",
         "resi-dual",
+        "admin",
+        "t-fixup",
     }

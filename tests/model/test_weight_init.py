@@ -12,7 +12,16 @@ from blocklab import build_model
 from blocklab.blocks import register, unregister
 from blocklab.blocks.classic import PreLN
 from blocklab.blocks.deepnorm import xavier_normal
-from blocklab.layers import DEFAULT_INIT, InitRule, Linear, WeightInit, weight_init_of
+from blocklab.layers import (
+    DEFAULT_INIT,
+    Embedding,
+    EmbeddingInit,
+    InitRule,
+    Linear,
+    WeightInit,
+    embedding_init_of,
+    weight_init_of,
+)
 from blocklab.model import init_weights
 from blocklab.model.base import TokenModel
 from tests.helpers import small_cfg
@@ -29,6 +38,9 @@ class Declared(nn.Module):
         self.normal = Linear(D_IN, D_OUT, bias=False, weight_init=WeightInit(InitRule.XAVIER_NORMAL, 0.5))
         self.uniform = Linear(D_IN, D_OUT, weight_init=WeightInit(gain=3.0))
         self.plain = nn.Linear(D_IN, D_OUT)
+        self.forced = Linear(D_IN, D_OUT, bias=False, weight_init=WeightInit(InitRule.XAVIER_UNIFORM, 0.5))
+        self.emb = Embedding(D_IN, D_OUT, weight_init=EmbeddingInit(0.3))
+        self.plain_emb = nn.Embedding(D_IN, D_OUT)
 
 
 def xavier_std(gain: float) -> float:
@@ -42,6 +54,12 @@ def test_init_weights_draws_each_declared_rule(init):
     init_weights(m, small_cfg(init=init))
     assert not m.zero.weight.any() and not m.zero.bias.any()
     assert m.normal.weight.std().item() == pytest.approx(xavier_std(0.5), rel=0.03)  # whatever the init
+    bound = xavier_std(0.5) * math.sqrt(3.0)  # Xavier-uniform at the declared gain, whatever the init
+    assert bound * 0.98 < m.forced.weight.abs().max().item() <= bound
+    assert m.emb.weight.std().item() == pytest.approx(0.3, rel=0.03)  # the declared std, whatever the init
+    # a plain one as the config says: N(0, 1/d) under xavier, d the config's d_model
+    want = 0.02 if init == "normal" else small_cfg().d_model ** -0.5
+    assert m.plain_emb.weight.std().item() == pytest.approx(want, rel=0.03)
     assert not m.uniform.bias.any() and not m.plain.bias.any()
     if init == "normal":  # std 0.02, the declared gain unused
         for lin in (m.uniform, m.plain):
@@ -72,6 +90,19 @@ def test_building_a_linear_draws_what_an_nn_linear_draws():
     torch.testing.assert_close(a.weight, b.weight, rtol=0, atol=0)
     torch.testing.assert_close(a.bias, b.bias, rtol=0, atol=0)
     assert torch.equal(after_a, torch.rand(1))
+
+
+def test_an_embedding_declares_its_start_and_draws_what_an_nn_embedding_draws():
+    assert embedding_init_of(nn.Embedding(2, 2)) is None and embedding_init_of(Embedding(2, 2)) is None
+    spec = EmbeddingInit(0.1)
+    assert embedding_init_of(Embedding(2, 2, weight_init=spec)) is spec
+    torch.manual_seed(3)
+    a = Embedding(5, 4, weight_init=spec)
+    torch.manual_seed(3)
+    torch.testing.assert_close(a.weight, nn.Embedding(5, 4).weight, rtol=0, atol=0)
+    for bad in (0.0, -1.0, True, "0.1"):
+        with pytest.raises(ValueError, match="EmbeddingInit std="):
+            EmbeddingInit(bad)
 
 
 def test_weight_init_takes_an_init_rule_only():

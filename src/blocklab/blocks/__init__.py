@@ -11,6 +11,10 @@ from blocklab.blocks import depthmix, hyper, laurel, value_residual  # noqa: F40
 # isort: split
 # Section 2c's last norm placements (HybridNorm, ResiDual) after the residual-stream blocks.
 from blocklab.blocks import placements  # noqa: F401
+
+# isort: split
+# Section 2c's last rows, the initialisations (Admin, T-Fixup), after the norm placements.
+from blocklab.blocks import admin, tfixup  # noqa: F401
 from blocklab.blocks.hooks import NO_HOOKS, ModelHooks, model_hooks
 from blocklab.registry import (
     FAMILIES,

@@ -33,18 +33,19 @@ class LayerCache(KVCache):
 
 
 class DecoderBlock(nn.Module):
-    """Self-attention, cross-attention and MLP with three norms; subclasses say how they are arranged:
-    `forward(x, memory_kv, src_mask=None, self_mask=None, cache=None)`.
+    """Self-attention, cross-attention and MLP with `n_norms` norms (three; none for a block without norms, as
+    T-Fixup's); subclasses say how they are arranged: `forward(x, memory_kv, src_mask=None, self_mask=None,
+    cache=None)`.
 
     `memory_kv`: the cross-attention's keys and values of the encoder output
     (`cross_attn.keys_values(memory)`); `src_mask` (B, S) and `self_mask` (B, T): True (1) at real source
     and target tokens, None when nothing is padded; `cache`: the layer's LayerCache when decoding."""
 
-    def __init__(self, cfg: ModelConfig, layer: int):
+    def __init__(self, cfg: ModelConfig, layer: int, n_norms: int = 3):
         super().__init__()
         self.self_attn, self.cross_attn = MultiHeadAttention(cfg, causal=True), MultiHeadAttention(cfg, causal=False)
         self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
-        self.norms = nn.ModuleList(norm_layer(cfg) for _ in range(3))
+        self.norms = nn.ModuleList(norm_layer(cfg) for _ in range(n_norms))
         self.drop = Dropout(cfg.dropout)
 
     def sa(self, h, self_mask, cache: LayerCache | None):

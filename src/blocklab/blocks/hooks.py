@@ -1,13 +1,17 @@
 """What a block asks of the token model around it (model/base.py) beyond its stack of blocks.
 
-Most blocks ask nothing. A block whose paper changes the output head or constrains the weights after
-every update registers an instance of a `ModelHooks` subclass as its spec's `model_hooks`
-(`register(..., model_hooks=...)`), and the token model calls
+Most blocks ask nothing. A block whose paper changes the output head, constrains the weights after
+every update or fixes the token embedding's start registers an instance of a `ModelHooks` subclass as
+its spec's `model_hooks` (`register(..., model_hooks=...)`), and the token model calls
 the hooks without knowing which block it holds:
 
     add_head      after the output head is built: parameters the logits need (registered on the model)
     head_weight   the matrix the logits and the loss are computed with, from the head's stored one
     after_update  after init_weights and after every optimizer step (the trainer calls it)
+    after_init    once, at the end of init_weights: an init that reads the initialised model's activations
+                  (Admin's profiling pass)
+    token_embedding_init  the token embedding's start when the block's paper fixes it (T-Fixup), whatever
+                  the config's `init` says; None: the config's
     enter, leave  the residual stream's state between blocks: `enter` makes it from the embedding output,
                   each block maps it to the next, `leave` gives the (B, T, d) hidden state the final norm
                   (and the probes, after every block) read. The state is that hidden state itself for
@@ -23,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from blocklab.layers import EmbeddingInit
 from blocklab.registry import REGISTRY
 
 
@@ -43,6 +48,16 @@ class ModelHooks:
 
     def after_update(self, model: nn.Module) -> None:
         """Called, without gradients, after init_weights and after every optimizer step."""
+
+    def after_init(self, model: nn.Module) -> None:
+        """Called once, without gradients, at the end of init_weights (after after_update): the start of the
+        parameters that the initialised model's own activations set (Admin's omegas). Loading a checkpoint
+        afterwards replaces what it set; nothing calls it again."""
+
+    def token_embedding_init(self, cfg) -> EmbeddingInit | None:
+        """The token embedding's start (the std of its entries) that the block's paper fixes, asked once when the
+        embedding is built; None: the config's init says it."""
+        return None
 
     def enter(self, model: nn.Module, x: torch.Tensor):
         """The stream's state before the first block, from the (B, T, d) embedding output x."""

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from blocklab.blocks import REGISTRY, model_hooks
 from blocklab.config import ModelConfig
-from blocklab.layers import InitRule, norm_layer, weight_init_of
+from blocklab.layers import Embedding, InitRule, embedding_init_of, norm_layer, weight_init_of
 from blocklab.model.loss import chunked_cross_entropy
 
 
@@ -31,9 +31,10 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     learned position embeddings N(0, 1/d) (fairseq: `normal_(0, d**-0.5)`). Biases start at zero either way.
 
     A Linear whose WeightInit (blocklab.layers) says otherwise starts so under either init: zero (shaped
-    attention's W^Q, the dW of I + dW) or Xavier-normal at its gain (DeepNorm's). The modules are drawn
+    attention's W^Q, the dW of I + dW) or Xavier-normal or -uniform at its gain (DeepNorm's, T-Fixup's); an
+    Embedding that declares an EmbeddingInit is drawn N(0, std^2) at its std. The modules are drawn
     in the order model.modules() lists them; a token model's block then has its `after_update` hook
-    (blocks/hooks.py), so that it starts as it trains.
+    (blocks/hooks.py), so that it starts as it trains, and last its `after_init` hook, once.
     """
     for m in model.modules():
         if isinstance(m, nn.Linear):
@@ -42,16 +43,19 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
                 nn.init.zeros_(m.weight)
             elif spec.rule is InitRule.XAVIER_NORMAL:
                 nn.init.xavier_normal_(m.weight, gain=spec.gain)
-            elif cfg.init == "normal":
+            elif cfg.init == "normal" and spec.rule is InitRule.CONFIG:
                 nn.init.normal_(m.weight, std=0.02)
-            else:
+            else:  # the config's Xavier-uniform, or one the module declares under either init
                 nn.init.xavier_uniform_(m.weight, gain=spec.gain)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02 if cfg.init == "normal" else cfg.d_model**-0.5)
+            own = embedding_init_of(m)
+            std = own.std if own is not None else 0.02 if cfg.init == "normal" else cfg.d_model**-0.5
+            nn.init.normal_(m.weight, std=std)
     if isinstance(model, TokenModel):
         model.after_optimizer_step()
+        model.block_hooks.after_init(model)  # last: it reads the model as initialised (Admin's profiling)
 
 
 def check_ids(input_ids: torch.Tensor) -> None:
@@ -89,8 +93,9 @@ class TokenModel(nn.Module):
 
     def embeddings(self, cfg: ModelConfig, *positions: str) -> None:
         d = cfg.d_model
-        self.tok = nn.Embedding(cfg.vocab_size, d)
         self.block_hooks = model_hooks(cfg.block)
+        # None unless the block's paper fixes the token embedding's start
+        self.tok = Embedding(cfg.vocab_size, d, weight_init=self.block_hooks.token_embedding_init(cfg))
         if cfg.positions == "learned":
             for name in positions:
                 setattr(self, name, nn.Embedding(cfg.max_seq_len, d))
