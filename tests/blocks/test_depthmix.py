@@ -211,3 +211,23 @@ def test_attn_res_key_norm_is_rmsnorm_whatever_the_stream_norm():
     for norm, kind in (("layernorm", RMSNorm), ("rmsnorm", RMSNorm), ("dyt", DyT)):
         model = build_model(small_cfg("attn-res", norm=norm))
         assert all(isinstance(m.norm, kind) for m in model.modules() if isinstance(m, DepthAttention))
+
+
+def test_compiling_a_denseformer_block_leaves_its_average_eager_and_importing_blocks_leaves_the_compiler_alone():
+    """Block-by-block compilation (the trainer's) must not put each DWA's differently shaped weight in its
+    block's graph; and importing the blocks must not import torch._dynamo (3 s of every command's start)."""
+    import subprocess
+    import sys
+
+    code = "import sys, blocklab.blocks, blocklab.model; print('torch._dynamo' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
+    model = build_model(small_cfg("denseformer", n_layers=2))
+    ids = torch.randint(0, 97, (2, 9))
+    want = model(ids).logits
+    for block in model.blocks:
+        block.compile(backend="eager")
+    assert all(getattr(b.dwa.forward, "_torchdynamo_disable", False) for b in model.blocks)
+    assert torch.allclose(model(ids).logits, want, atol=1e-6)

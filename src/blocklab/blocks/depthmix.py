@@ -148,11 +148,6 @@ class DepthWeightedAverage(nn.Module):
         alpha[-1] = 1.0  # alpha_ii: the DWA starts as the identity
         self.weight = nn.Parameter(alpha)  # `weight`, not `alpha`: the probes read a block's `alpha` as gains per head
 
-    # Eager under torch.compile, and called as a module so that the compiled block never touches the weight:
-    # each block's has its own length and the compiler holds a parameter's shape static, so a DWA inside the
-    # block's graph would make every block a graph of its own (and past the recompile limit, 8, the later
-    # blocks would run eager whole).
-    @torch.compiler.disable
     def forward(self, xs: torch.Tensor) -> torch.Tensor:
         return (self.weight[:, None, None, None] * xs).sum(0)
 
@@ -193,6 +188,16 @@ class DenseFormer(PreLN):
         i, k = layer + 1, cfg.denseformer_dilation
         self.k, self.first = k, i % k
         self.dwa = DepthWeightedAverage(i // k + 1) if i % cfg.denseformer_period == 0 else None
+
+    def compile(self, *args, **kwargs):
+        """The block compiled with its depth-weighted average left eager (training compiles block by block).
+        Each block's DWA weight has its own length and the compiler holds a parameter's shape static, so a DWA
+        inside the block's graph would make every block a graph of its own (and past the recompile limit, 8,
+        the later blocks would run eager whole). Disabled here rather than by a decorator on the class: the
+        decorator imports the compiler (3 s) wherever the blocks are imported."""
+        if self.dwa is not None:
+            self.dwa.forward = torch.compiler.disable(self.dwa.forward)
+        super().compile(*args, **kwargs)
 
     def forward(self, state, key_mask=None):
         xs, y = state
