@@ -49,12 +49,16 @@ examples:
 """
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the hand-wrapped description; wraps option help without breaking `pre-ln` at its hyphen, and a
-    comma-separated value too long for a line (the default shape) after a comma."""
+class WrappingHelpFormatter(argparse.HelpFormatter):
+    """Wraps option help without breaking `pre-ln` at its hyphen, and a comma-separated value too long for a
+    line (the default shape) after a comma."""
 
     def _split_lines(self, text, width):
         return _Wrapper(width, break_on_hyphens=False).wrap(" ".join(text.split()))
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, WrappingHelpFormatter):
+    """Keeps the hand-wrapped description; option help as WrappingHelpFormatter wraps it."""
 
 
 class _Wrapper(textwrap.TextWrapper):

@@ -5,16 +5,8 @@ The options and the work are the library's (blocklab.probes.runner): a sweep's [
 
 from __future__ import annotations
 
-import argparse
-
-from blocklab.cli.bench import HelpFormatter
+from blocklab.cli.bench import WrappingHelpFormatter
 from blocklab.probes.runner import add_arguments, run  # torch-free: run imports torch and the probes
-
-
-class _Formatter(argparse.HelpFormatter):
-    """The description wrapped to the terminal; option help wrapped as bench's, never inside `pre-ln`."""
-
-    _split_lines = HelpFormatter._split_lines
 
 
 def add_parser(sub) -> None:
@@ -30,7 +22,7 @@ def add_parser(sub) -> None:
         "DIR/probes.json and "
         "PNG figures with the papers' predictions drawn dashed, and prints a summary table.",
         epilog="Example: blocklab probe --init xavier --norm layernorm --d-model 128 --d-ff 512 --out probes/",
-        formatter_class=_Formatter,
+        formatter_class=WrappingHelpFormatter,  # never breaks a block name at its hyphen
     )
     add_arguments(p)
     p.set_defaults(func=run)

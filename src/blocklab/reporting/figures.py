@@ -18,7 +18,9 @@ import numpy as np
 from blocklab.reporting.analysis import Target, smoothed_loss
 from blocklab.reporting.runs import Run, family_order
 
-_SPARE = ["#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
+# Colours for blocks the registry does not know (a run of a block from outside the package): those no
+# registered block takes are used, so the list holds more than a new block or two will take.
+_SPARE = ["#e7ba52", "#ad494a", "#a55194", "#5254a3", "#b5cf6b", "#9c9ede", "#cedb9c", "#e7cb94", "#de9ed6"]
 _STYLES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1))]  # the last: dash-dot-dot
 # A family's line style: its blocks' first run draws with it. Keys are registry.FAMILIES; a family
 # added there without a style here draws solid.
