@@ -70,7 +70,10 @@ def overrides(corpus_dir):
 
 
 # Integration tests in files this list marks rather than the files themselves (their marks can move
-# into them): whole files of CLI processes, and single tests that train for seconds.
+# into them): whole files of CLI processes, single tests that train for seconds (the golden losses among
+# them), every block's full-size step, the interpreted Triton kernel, and the scans of the whole tree (the
+# test linter, the private-name check), which check the code base rather than a unit and run in `make test`
+# beside ruff and lint-imports.
 SLOW_ELSEWHERE = (
     "tests/cli/test_startup.py",
     "tests/cli/test_output_streams.py",
@@ -78,11 +81,25 @@ SLOW_ELSEWHERE = (
     "tests/cli/test_generate",
     "tests/cli/test_finetune",
     "tests/training/test_finetune.py::test_evaluation_runs_at_the_run_precision",
+    "tests/training/test_finetune.py::test_finetuning_beats_the_majority_baseline_on_a_separable_task",
     "tests/training/test_trainer.py::test_bf16_autocast_and_tasks_train",
+    "tests/training/test_grad_accum.py",
+    "tests/training/test_sharded.py",
+    "tests/blocks/test_blocks.py::test_every_block_trains_at_issue_shape",
+    "tests/probes/test_trends.py",
+    "tests/data/test_python_source.py::test_python_prepare_prints_and_stores_the_counts",
+    "tests/test_lint_tests.py",
+    "tests/test_private_names.py",
+    "tests/test_golden.py",
+    "tests/attention/test_impls.py::test_fused_and_materialized_agree",
+    "tests/attention/test_fused.py::test_kernel_matches_float64_reference",
+    "tests/blocks/test_depthmix.py::test_compiling_a_denseformer_block",
 )
+# Every block's "a short run that learns" (a few dozen optimizer steps each) is a training test too.
+SLOW_NAMES = ("short_run_learns",)
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if item.nodeid.startswith(SLOW_ELSEWHERE):
+        if item.nodeid.startswith(SLOW_ELSEWHERE) or any(n in item.name for n in SLOW_NAMES):
             item.add_marker(pytest.mark.slow)
