@@ -35,6 +35,17 @@ def assert_causal(model, vocab: int = 97, t: int = 9):
     assert not torch.allclose(a[:, t:], b[:, t:], atol=1e-4)  # the change does reach later positions
 
 
+def assert_padding_invariant(model, vocab: int = 97):
+    """Right padding with its mask leaves the real tokens' logits as they are (bidirectional models), and the
+    mask is what makes it so: without it, the pads leak in."""
+    ids = torch.randint(0, vocab, (2, 12))
+    short = model(ids, attention_mask=torch.ones(2, 12, dtype=torch.long)).logits
+    padded_ids = torch.cat([ids, torch.randint(0, vocab, (2, 7))], dim=1)
+    mask = torch.cat([torch.ones(2, 12), torch.zeros(2, 7)], dim=1).long()
+    assert torch.allclose(short, model(padded_ids, attention_mask=mask).logits[:, :12], atol=1e-5)
+    assert not torch.allclose(short, model(padded_ids).logits[:, :12], atol=1e-3)
+
+
 def assert_cached_decoding_matches(m, src, tgt, mask):
     """Token-by-token decoding with the cache gives the teacher-forced forward's logits."""
     from blocklab.model.base import padding_mask

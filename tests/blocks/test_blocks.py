@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from blocklab import BLOCKS, build_model
-from tests.helpers import assert_causal, randomize, small_cfg
+from tests.helpers import assert_causal, assert_padding_invariant, randomize, small_cfg
 
 
 @pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
@@ -46,14 +46,7 @@ def test_causality_on_random_parameters(block):
 @pytest.mark.parametrize("impl", ["sdpa", "materialized"])
 def test_mlm_padding_invariance(block, impl):
     model = randomize(build_model(small_cfg(block, "mlm", attn_impl=impl)), seed=2, scale=0.2)
-    ids = torch.randint(0, 97, (2, 12))
-    short = model(ids, attention_mask=torch.ones(2, 12, dtype=torch.long)).logits
-    padded_ids = torch.cat([ids, torch.randint(0, 97, (2, 7))], dim=1)
-    mask = torch.cat([torch.ones(2, 12), torch.zeros(2, 7)], dim=1).long()
-    padded = model(padded_ids, attention_mask=mask).logits
-    assert torch.allclose(short, padded[:, :12], atol=1e-5)
-    # and the mask is what makes it so: without it, the pads leak in
-    assert not torch.allclose(short, model(padded_ids).logits[:, :12], atol=1e-3)
+    assert_padding_invariant(model)
 
 
 @pytest.mark.parametrize("block", BLOCKS)

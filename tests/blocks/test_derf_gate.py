@@ -18,7 +18,7 @@ from blocklab.model.params import param_groups
 from blocklab.probes.gains import gain_values
 from blocklab.training.config import coerce
 from tests.blocks.test_successors import assert_learns, code_ids
-from tests.helpers import assert_cached_decoding_matches, assert_causal, randomize, small_cfg
+from tests.helpers import assert_cached_decoding_matches, assert_causal, assert_padding_invariant, randomize, small_cfg
 
 NORMS = (RMSNorm, nn.LayerNorm)
 DERF_BLOCKS = tuple(b for b in BLOCKS if "derf" in REGISTRY[b].options)
@@ -330,12 +330,7 @@ def test_causality_with_derf_and_the_gate(block, kw):
 @pytest.mark.parametrize("block,kw", CASES, ids=IDS)
 def test_mlm_padding_invariance_with_derf_and_the_gate(block, kw, impl):
     model = randomize(build_model(small_cfg(block, "mlm", attn_impl=impl, **kw)), seed=2, scale=0.2)
-    ids = torch.randint(0, 97, (2, 12))
-    short = model(ids, attention_mask=torch.ones(2, 12, dtype=torch.long)).logits
-    padded_ids = torch.cat([ids, torch.randint(0, 97, (2, 7))], dim=1)
-    mask = torch.cat([torch.ones(2, 12), torch.zeros(2, 7)], dim=1).long()
-    assert torch.allclose(short, model(padded_ids, attention_mask=mask).logits[:, :12], atol=1e-5)
-    assert not torch.allclose(short, model(padded_ids).logits[:, :12], atol=1e-3)
+    assert_padding_invariant(model)
 
 
 # ------------------------------------------------------------------------------------ short runs learn
