@@ -10,6 +10,7 @@ import pytest
 from blocklab.reporting import build_report, generate_report
 from blocklab.reporting import figures as F
 from blocklab.reporting import stream as S
+from blocklab.reporting import stream_data as SD
 from blocklab.reporting.parts import Part
 from blocklab.reporting.runs import family_order, load_runs
 from blocklab.training.rundir import STREAM_PROBES
@@ -190,9 +191,9 @@ def test_composite_gain_curves_and_caption_numbers(drawn):
 
 
 def test_pick_sublayers_keeps_the_first_and_the_last():
-    assert S.pick_sublayers(4) == [0, 1, 2, 3]
-    assert S.pick_sublayers(12) == [0, 2, 3, 5, 6, 8, 9, 11]  # round(11 * i / 7)
-    assert S.pick_sublayers(48) == [0, 7, 13, 20, 27, 34, 40, 47]
+    assert SD.pick_sublayers(4) == [0, 1, 2, 3]
+    assert SD.pick_sublayers(12) == [0, 2, 3, 5, 6, 8, 9, 11]  # round(11 * i / 7)
+    assert SD.pick_sublayers(48) == [0, 7, 13, 20, 27, 34, 40, 47]
     assert S.sublayer_name(0) == "attn 1" and S.sublayer_name(11) == "mlp 6"
 
 
@@ -256,17 +257,17 @@ def test_lambdas_and_laurel_ratio(drawn):
 def test_trained_lambdas_are_not_called_fixed(tmp_path):
     (run,) = load_runs(write_run(tmp_path / "vr", "value-residual", 0.01, last_step=10))[0]
     data = {"init": {"value_lambdas": [None, [0.5, 0.5]]}, "final": {"value_lambdas": [None, [0.8, 0.5]]}}
-    group = S.ProbedGroup("vr", "ResFormer", "value-residual", [run], [data])
-    assert not S.lambdas_fixed(group)
+    group = SD.ProbedGroup("vr", "ResFormer", "value-residual", [run], [data])
+    assert not SD.lambdas_fixed(group)
     assert "were trained: after training λ1 0.80 and λ2 0.50 (at init λ1 0.50, λ2 0.50)" in S.value_caption([group])
     data["final"] = data["init"]
-    assert S.lambdas_fixed(group)
+    assert SD.lambdas_fixed(group)
 
 
 def test_seed_mean_refuses_files_of_different_depths():
-    assert S.seed_mean([[1, 2], [3, 4]]).tolist() == [2, 3]
-    assert S.seed_mean([[1, 2], None, [3, 4, 5]]) is None and S.seed_mean([None]) is None
-    assert np.isnan(S.seed_mean([[None, 1.0]])[0])
+    assert SD.seed_mean([[1, 2], [3, 4]]).tolist() == [2, 3]
+    assert SD.seed_mean([[1, 2], None, [3, 4, 5]]) is None and SD.seed_mean([None]) is None
+    assert np.isnan(SD.seed_mean([[None, 1.0]])[0])
 
 
 def test_a_part_of_pre_ln_only_draws_the_hidden_norms(tmp_path):
