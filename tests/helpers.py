@@ -57,6 +57,37 @@ def assert_cached_decoding_matches(m, src, tgt, mask):
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
+def train_reversal_pairs(m, src, steps: int, lr: float = 1e-2, decay: bool = False) -> tuple[list[float], torch.Tensor]:
+    """AdamW (no weight decay; `decay`: linear decay to 0) on four fixed pairs whose target is the source reversed
+    and shifted; returns the losses and the labels (the target then <eod>), for the translation tests."""
+    from blocklab.tokens import EOS_ID
+
+    tgt = torch.flip((src + 7 - 3) % 90 + 3, [1])
+    labels = torch.cat([tgt, torch.full((src.shape[0], 1), EOS_ID)], 1)
+    opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, (lambda t: 1 - t / steps) if decay else (lambda t: 1.0))
+    losses = []
+    for _ in range(steps):
+        loss = m(src, labels=labels).loss
+        loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, labels
+
+
+def assert_translates(m, src, labels):
+    """Greedy and 3-beam decoding of `src` give `labels` after the start token."""
+    from blocklab.tokens import EOS_ID
+
+    for beams in (1, 3):
+        out = m.generate(src, max_new_tokens=12, num_beams=beams)
+        assert out.dtype == torch.long and out.shape[0] == src.shape[0] and out.shape[1] <= 13
+        assert (out[:, 0] == EOS_ID).all()
+        assert torch.equal(out[:, 1 : 1 + labels.shape[1]], labels), (beams, out)
+
+
 # SPEC 10's fields of an experiment and of a group in verdicts.json (checked by the verdict and compare tests).
 SPEC_EXPERIMENT_FIELDS = frozenset(
     "metric lower_is_better tuned reference tolerance cap tuning_runs_reused noise_floor min_detectable groups "

@@ -118,16 +118,16 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
     # Section 2c: the last norm placements.
     "hybridnorm": BlockFacts(
         "HybridNorm",
-        "x_m = x + MHA(N(x W_Q), N(x W_K), N(x W_V)) W_O; y = N(x_m) + MLP(N(x_m)), N per head on q, k, v (Zhuo et al. 2025, Sec. 3).",
+        "x_m = x + MHA(N(x W_Q), N(x W_K), N(x W_V)) W_O; y = N(x_m) + MLP(N(x_m)), N per head on q, k, v (Zhuo et al. 2025).",
     ),
     "resi-dual": BlockFacts(
         "ResiDual",
-        "x_a <- Norm(x_a + F(x_a)); x_d <- x_d + F(x_a) per sub-layer F; output x_a + Norm(x_d) (Xie et al. 2023, Sec. 3).",
+        "x_a <- Norm(x_a + F(x_a)); x_d <- x_d + F(x_a) per sub-layer F; output x_a + Norm(x_d) (Xie et al. 2023).",
     ),
     # Section 2c: the initialisations.
     "admin": BlockFacts(
         "Admin",
-        "u = LN(w_1 x + MHA(x)); y = LN(w_2 u + MLP(u)), each w a d-vector profiled at init (Liu et al. 2020, Sec. 4.3).",
+        "u = LN(w_1 x + MHA(x)); y = LN(w_2 u + MLP(u)), each w a d-vector profiled at init (Liu et al. 2020).",
     ),
     "t-fixup": BlockFacts(
         "T-Fixup",

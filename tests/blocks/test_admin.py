@@ -23,9 +23,15 @@ from blocklab.blocks.admin import (
 )
 from blocklab.layers import DyT, RMSNorm
 from blocklab.model import count_parameters
-from blocklab.tokens import EOS_ID
 from tests.blocks.test_successors import assert_learns, code_ids
-from tests.helpers import assert_cached_decoding_matches, assert_causal, randomize, small_cfg
+from tests.helpers import (
+    assert_cached_decoding_matches,
+    assert_causal,
+    assert_translates,
+    randomize,
+    small_cfg,
+    train_reversal_pairs,
+)
 
 D = 32
 
@@ -305,23 +311,10 @@ def test_admin_translation_trains_and_translates():
     torch.manual_seed(0)
     m = build_model(small_cfg("admin", "translation", n_layers=2, n_decoder_layers=3, max_seq_len=32, init="xavier"))
     src = code_ids(4, 8) % 90 + 3  # clear of <pad>, <mask>, <eod>
-    tgt = torch.flip((src + 7 - 3) % 90 + 3, [1])
-    labels = torch.cat([tgt, torch.full((4, 1), EOS_ID)], 1)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.0)
-    losses = []
-    for _ in range(40):
-        loss = m(src, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses, labels = train_reversal_pairs(m, src, steps=40)
     assert all(math.isfinite(x) for x in losses)
     assert losses[-1] < 0.2 * losses[0], losses  # measured: 5.12 -> 0.008
-    for beams in (1, 3):
-        out = m.generate(src, max_new_tokens=12, num_beams=beams)
-        assert out.dtype == torch.long and out.shape[0] == 4 and out.shape[1] <= 13
-        assert (out[:, 0] == EOS_ID).all()
-        assert torch.equal(out[:, 1 : 1 + labels.shape[1]], labels), (beams, out)
+    assert_translates(m, src, labels)
 
 
 def test_omegas_of_a_model_with_dyt_are_profiled_too():

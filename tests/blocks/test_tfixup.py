@@ -17,9 +17,15 @@ from blocklab.blocks import REGISTRY, block_recipe
 from blocklab.blocks.tfixup import TFixup, TFixupDecoderBlock
 from blocklab.layers import POINTWISE_NORMS, RMSNorm
 from blocklab.probes.measure import probe_batch
-from blocklab.tokens import EOS_ID
 from tests.blocks.test_successors import assert_learns, code_ids
-from tests.helpers import assert_cached_decoding_matches, assert_causal, randomize, small_cfg
+from tests.helpers import (
+    assert_cached_decoding_matches,
+    assert_causal,
+    assert_translates,
+    randomize,
+    small_cfg,
+    train_reversal_pairs,
+)
 
 NORMS = (RMSNorm, nn.LayerNorm, *POINTWISE_NORMS.values())
 D, FF, V = 128, 384, 512  # ~16k to 50k draws per family: a std estimate within about 1%
@@ -220,26 +226,11 @@ def test_translation_trains_and_translates():
     torch.manual_seed(0)
     m = translation(n=2, m=3, d_model=32, d_ff=64, vocab_size=97)
     src = code_ids(4, 8) % 90 + 3
-    tgt = torch.flip((src + 7 - 3) % 90 + 3, [1])
-    labels = torch.cat([tgt, torch.full((4, 1), EOS_ID)], 1)
-    steps = 60
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.0)
     # the decay lets a norm-free model settle on so tiny a batch (at a constant 1e-2 its loss spikes now and then)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1 - t / steps)
-    losses = []
-    for _ in range(steps):
-        loss = m(src, labels=labels).loss
-        loss.backward()
-        opt.step()
-        sched.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses, labels = train_reversal_pairs(m, src, steps=60, decay=True)
     assert all(math.isfinite(x) for x in losses)
     assert losses[-1] < 0.05 * losses[0], losses  # measured over seeds 0-5: 0.0004 to 0.008 of the first loss
-    for beams in (1, 3):
-        out = m.generate(src, max_new_tokens=12, num_beams=beams)
-        assert (out[:, 0] == EOS_ID).all() and out.shape[1] <= 13
-        assert torch.equal(out[:, 1 : 1 + labels.shape[1]], labels), (beams, out)
+    assert_translates(m, src, labels)
 
 
 def _update_slope(block, depths=(2, 16)):

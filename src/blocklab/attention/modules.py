@@ -160,6 +160,16 @@ class MultiHeadAttention(nn.Module):
         k = split_heads(self.k(m), H)
         return (self.qk_norm.k(k) if self.qk_norm is not None else k), split_heads(self.v(m), H)
 
+    def queries(self, x: torch.Tensor) -> torch.Tensor:
+        """Q of `x` (B, T, d), split into heads (B, H, T, d_h), normalised where qk_norm is on."""
+        q = split_heads(self.q(x), self.cfg.n_heads)
+        return self.qk_norm.q(q) if self.qk_norm is not None else q
+
+    def probabilities(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """A (B, H, T, T) of this attention as a self-attention over `x`, the softmax its forward applies (the
+        probes read it; forward's sdpa path never forms it)."""
+        return attention_matrix(self.queries(x), self.keys_values(x)[0], self.causal, key_mask)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -174,10 +184,7 @@ class MultiHeadAttention(nn.Module):
         keys and values of every token so far (a KVCache), x holding the newest: with fewer queries than
         keys, the queries are the last positions (attention/functional.py, `allowed_keys`).
         """
-        H = self.cfg.n_heads
-        q = split_heads(self.q(x), H)
-        if self.qk_norm is not None:
-            q = self.qk_norm.q(q)
+        q = self.queries(x)
         if kv is not None:
             k, v = kv
         elif memory is not None:

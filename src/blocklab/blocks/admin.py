@@ -1,5 +1,5 @@
 """Admin, adaptive model initialisation (Liu et al. 2020, "Understanding the Difficulty of Training Transformers",
-EMNLP 2020, arXiv 2004.08249, Sec. 4.3; official code LiyuanLucasLiu/Transformer-Clinic).
+EMNLP 2020, arXiv 2004.08249; official code LiyuanLucasLiu/Transformer-Clinic).
 
 A Post-LN block whose skip on every sub-layer k is rescaled by a learnable vector omega_k:
 
@@ -199,7 +199,7 @@ class AdminDecoderBlock(AdminResidual, DecoderBlock):
     predictions=Predictions(hidden_norm="unit", hidden_norm_source="unit-gain Norm after each sub-layer: d"),
 )
 class Admin(AdminResidual, ClassicBlock):
-    """u = LN(w_1 x + MHA(x)); y = LN(w_2 u + MLP(u)), each w a d-vector profiled at init (Liu et al. 2020, Sec. 4.3)."""
+    """u = LN(w_1 x + MHA(x)); y = LN(w_2 u + MLP(u)), each w a d-vector profiled at init (Liu et al. 2020)."""
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer, n_norms=2)

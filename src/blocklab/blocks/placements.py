@@ -4,8 +4,8 @@ BryceZhuo/HybridNorm) and ResiDual (Xie et al. 2023, arXiv 2304.14802; official 
 Both mix Pre-LN and Post-LN inside one stack. HybridNorm normalises inside the attention (each head's
 queries, keys and values) instead of before it, and puts the MLP's norm after the attention's residual sum;
 ResiDual runs a Post-LN stream and a Pre-LN-like sum of the same sub-layer outputs side by side and adds the
-two at the end. For clm and mlm (and classification, which reuses the encoder); neither has a translation
-decoder here.
+two at the end. HybridNorm is for clm and mlm (and classification, which reuses the encoder); ResiDual, a
+translation paper's block, has a translation decoder too.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from blocklab.attention import MultiHeadAttention
 from blocklab.blocks.classic import ClassicBlock
+from blocklab.blocks.decoder import DecoderBlock
 from blocklab.blocks.hooks import ModelHooks
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, Dropout, make_norm, norm_layer
@@ -61,7 +62,7 @@ class QKVNormAttention(MultiHeadAttention):
     options=tuple(o for o in OPTIONS if o != "qk_norm"),
 )
 class HybridNorm(nn.Module):
-    """x_m = x + MHA(N(x W_Q), N(x W_K), N(x W_V)) W_O; y = N(x_m) + MLP(N(x_m)), N per head on q, k, v (Zhuo et al. 2025, Sec. 3).
+    """x_m = x + MHA(N(x W_Q), N(x W_K), N(x W_V)) W_O; y = N(x_m) + MLP(N(x_m)), N per head on q, k, v (Zhuo et al. 2025).
 
     QKV-Norm in the attention, no norm on the attention's input (the attention reads x itself) and the
     MLP in HybridNorm's Post-Norm position: the norm of x_m is both the MLP's input and the skip,
@@ -128,6 +129,33 @@ class DualStreams(ModelHooks):
         return x_a + model.blocks[-1].dual_norm(x_d)
 
 
+class ResiDualDecoderBlock(DecoderBlock):
+    """The decoder's ResiDual: the self-attention, the cross-attention and the MLP each read x_a and add to both
+    streams, x_a <- N(x_a + F(x_a)), x_d <- x_d + F(x_a); the decoder's output is x_a + N_d(x_d).
+
+    The official code's decoder layer (`TransformerDecoderLayerBase` with its `res` stream) does the same over
+    its three sub-layers. The model's decoder passes one tensor from block to block (model/seq2seq.py), so the
+    pair travels as the state between these blocks: block 0 splits the embedding output into (x, x), the last
+    block joins them, owning N_d (`dual_norm`) as the encoder's last block does. Decoding with a cache works
+    unchanged: both streams are per position, and the new positions' are computed from the cached keys and
+    values of the earlier ones."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer)
+        self.first = layer == 0
+        self.dual_norm = norm_layer(cfg) if layer == (cfg.n_decoder_layers or cfg.n_layers) - 1 else None
+
+    def forward(self, x, memory_kv, src_mask=None, self_mask=None, cache=None):
+        x_a, x_d = (x, x) if self.first else x
+        f = self.drop(self.sa(x_a, self_mask, cache))
+        x_a, x_d = self.norms[0](x_a + f), x_d + f
+        f = self.drop(self.ca(x_a, memory_kv, src_mask))
+        x_a, x_d = self.norms[1](x_a + f), x_d + f
+        f = self.drop(self.mlp(x_a))
+        x_a, x_d = self.norms[2](x_a + f), x_d + f
+        return (x_a, x_d) if self.dual_norm is None else x_a + self.dual_norm(x_d)
+
+
 @register(
     "resi-dual",
     label="ResiDual",
@@ -135,10 +163,11 @@ class DualStreams(ModelHooks):
     colour="#7b4173",
     final_norm=False,  # the output's own N(x_d) is the last norm: nothing on top of x_a + N(x_d)
     dropout=True,
+    decoder=ResiDualDecoderBlock,
     model_hooks=DualStreams(),
 )
 class ResiDual(ClassicBlock):
-    """x_a <- Norm(x_a + F(x_a)); x_d <- x_d + F(x_a) per sub-layer F; output x_a + Norm(x_d) (Xie et al. 2023, Sec. 3).
+    """x_a <- Norm(x_a + F(x_a)); x_d <- x_d + F(x_a) per sub-layer F; output x_a + Norm(x_d) (Xie et al. 2023).
 
     Pre-Post-LN: every sub-layer F (attention, then MLP) reads the Post-LN stream x_a and adds its output
     to both streams, x_a with Post-LN's norm after the sum, x_d (the "dual" residual) with nothing, as
