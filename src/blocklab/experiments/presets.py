@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blocklab.experiments.answers_presets import WARMUP_ANSWERS, WARMUP_ANSWERS_GPU
 from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_BERT
 from blocklab.experiments.stream_presets import STREAM, STREAM_DEPTH, STREAM_DEPTH_GPU, STREAM_GPU
 from blocklab.experiments.translation_presets import XIONG_IWSLT, XIONG_IWSLT_GPU
@@ -285,5 +286,7 @@ PRESETS = {
         STREAM_DEPTH,
         STREAM_DEPTH_GPU,
         STREAM_GPU,
+        WARMUP_ANSWERS,
+        WARMUP_ANSWERS_GPU,
     )
 }
