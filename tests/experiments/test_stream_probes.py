@@ -63,3 +63,25 @@ def test_a_sweep_measures_its_stream_runs_and_pre_ln_beside_them_only(tmp_path, 
     vr = json.loads((tmp_path / "runs" / "value-residual" / FILE).read_text())
     assert vr["final"]["value_lambdas"] == [None, [0.5, 0.5]]
     assert "value_lambdas" not in json.loads((tmp_path / "runs" / "pre-ln" / FILE).read_text())["final"]
+
+
+def test_a_sweep_with_gated_attention_measures_the_gated_runs_and_pre_ln(tmp_path, overrides):
+    """Gated attention's comparison: the gated run and Pre-LN are measured (the sink with and without the gate),
+    Post-LN is not; a sweep of Pre-LN and Post-LN alone measures nothing."""
+    overrides["train"].update(steps=4, checkpoint_every=4, eval_every=4)
+    specs = {}
+    for name, block, gate in (("pre-ln", "pre-ln", False), ("gate", "pre-ln", True), ("post-ln", "post-ln", False)):
+        over = copy.deepcopy(overrides)
+        over["model"].update(block=block, attn_gate=gate)
+        cfg = load_config(None, over)
+        Trainer(cfg, tmp_path / "runs" / name, progress=False, log=quiet).run()
+        specs[name] = RunSpec(name, name, {}, config=cfg)
+    assert run_stream_probes([specs["pre-ln"], specs["post-ln"]], tmp_path, quiet) == 0
+    assert run_stream_probes(list(specs.values()), tmp_path, quiet) == 2
+    assert not (tmp_path / "runs" / "post-ln" / FILE).exists()
+    gated = json.loads((tmp_path / "runs" / "gate" / FILE).read_text())
+    plain = json.loads((tmp_path / "runs" / "pre-ln" / FILE).read_text())
+    for moment in ("init", "final"):
+        assert len(gated[moment]["attention"]["gate_mean"]) == 2
+        assert "gate_mean" not in plain[moment]["attention"]
+        assert len(plain[moment]["attention"]["first_token_mass"]) == 2

@@ -111,3 +111,17 @@ def test_plot_gains(tmp_path):
     assert path and (tmp_path / "gains.png").stat().st_size > 10_000
     assert plot_gains([{"step": 0, "loss": 1.0}], tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_admin_omegas_are_logged_as_their_channel_means():
+    """Admin's omega_k (a d-vector per sub-layer, blocks/admin.py) under L{l}.omega{k}: the mean over channels, so
+    a trained omega whose channels differ still reads as one skip weight per sub-layer."""
+    torch.manual_seed(0)
+    model = build_model(cfg("admin", init="xavier"))
+    with torch.no_grad():
+        for i, block in enumerate(model.blocks):
+            for k, omega in enumerate(block.omegas):
+                omega.copy_(10 * i + k + torch.linspace(-1, 1, omega.numel()))  # mean 10 i + k
+    g = gain_values(model)
+    assert g == pytest.approx({f"L{i}.omega{k}": 10 * i + k for i in range(2) for k in range(2)}, abs=1e-6)
+    assert parse_key("L1.omega0") == (1, "omega0", None)

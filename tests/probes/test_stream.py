@@ -22,9 +22,9 @@ def measure(block, seed=None, ids=IDS, mask=None, **kw):
     return model, stream_measures(model, ids, mask)
 
 
-def test_pre_ln_has_hidden_norms_only():
+def test_pre_ln_has_hidden_norms_and_the_attention_sink_only():
     model, m = measure("pre-ln", seed=1)
-    assert set(m) == {"hidden_sq_norm"}
+    assert set(m) == {"hidden_sq_norm", "attention"} and set(m["attention"]) == {"first_token_mass", "uniform"}
     out = model(IDS, output_hidden_states=True)
     assert m["hidden_sq_norm"] == pytest.approx(hidden_sq_norms(out.hidden_states))
     assert len(m["hidden_sq_norm"]) == 4

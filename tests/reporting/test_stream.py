@@ -71,6 +71,17 @@ def measures(block, seed, moment):
         out["value_lambdas"] = [None, [0.5, 0.5], [0.5, 0.5]] if seed == 0 else [None, [0.7, 0.3], [0.6, 0.4]]
     if block == "laurel":
         out["low_rank_ratio"] = [0.1 * k + 0.2 * seed + 0.1 for k in range(4)] if final else [0.0] * 4
+    if block in ("pre-ln", "laurel"):  # two layers of two heads; LAuReL's stands in for a gated group
+        sink = [[0.3, 0.3], [0.3, 0.3]]
+        if final:
+            sink = (
+                [[[0.2, 0.4], [0.5, 0.7]], [[0.4, 0.6], [0.7, 0.9]]][seed]
+                if block == "pre-ln"
+                else [[0.1] * 2, [0.2] * 2]
+            )
+        out["attention"] = {"first_token_mass": sink, "uniform": 0.25}
+        if block == "laurel":
+            out["attention"]["gate_mean"] = [[0.2, 0.4], [0.3, 0.5]] if final else [[0.5, 0.5], [0.5, 0.5]]
     return out
 
 
@@ -151,7 +162,7 @@ def test_no_section_without_probe_files(tmp_path):
 def test_every_figure_is_drawn_once_with_its_png(drawn):
     section, saved = drawn
     names = [f.path.name for f in section.figures]
-    kinds = ("hidden_norms", "composite_gain", "mixing", "depth_weights", "value_laurel")
+    kinds = ("hidden_norms", "composite_gain", "mixing", "depth_weights", "value_laurel", "sink")
     assert names == [f"stream_{n}.png" for n in kinds]
     assert set(saved) == set(names)
     assert all(f.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in section.figures)
@@ -273,7 +284,23 @@ def test_seed_mean_refuses_files_of_different_depths():
 def test_a_part_of_pre_ln_only_draws_the_hidden_norms(tmp_path):
     root = make_sweep(tmp_path, [r for r in RUNS if r[1] == "pre-ln"])
     (section,) = S.stream_sections(part_of(root), tmp_path / "figures")
-    assert [f.path.name for f in section.figures] == ["stream_hidden_norms.png"]
+    assert [f.path.name for f in section.figures] == ["stream_hidden_norms.png", "stream_sink.png"]
+
+
+def test_first_token_mass_and_gate_per_layer(drawn):
+    """Per layer the mean over heads, then over seeds: Pre-LN's (0.3, 0.6) and (0.5, 0.8) average to (0.4, 0.7);
+    the gate panel draws only the group that has a gate."""
+    section, saved = drawn
+    sink, gate = saved["stream_sink.png"].axes
+    assert lines(sink)["Pre-LN [pre-ln]"].get_ydata() == pytest.approx([0.4, 0.7])
+    assert lines(sink)["Pre-LN [pre-ln], init"].get_ydata() == pytest.approx([0.3, 0.3])
+    assert lines(sink)["LAuReL [laurel]"].get_ydata() == pytest.approx([0.1, 0.2])
+    assert set(lines(gate)) == {"LAuReL [laurel]", "LAuReL [laurel], init"}
+    assert lines(gate)["LAuReL [laurel]"].get_ydata() == pytest.approx([0.3, 0.4])
+    text = caption(section, "stream_sink.png")
+    assert "Pre-LN's is 0.40 to 0.70 per layer (0.30 at init)" in text
+    assert "LAuReL's is 0.10 to 0.20 per layer (0.30 at init), its gate 0.30 to 0.40 per layer" in text
+    assert "spread evenly over the keys would put 0.25 there" in text
 
 
 @pytest.mark.slow  # renders a whole report
@@ -289,7 +316,7 @@ def test_in_the_report_after_the_loss_sections_named_for_the_experiment(tmp_path
     assert ids.index("stream-probes-streams") == ids.index("eval-loss-streams") + 1
     section = report.sections[ids.index("stream-probes-streams")]
     assert section.part == "streams"
-    names = ["hidden_norms", "composite_gain", "mixing"]
+    names = ["hidden_norms", "composite_gain", "mixing", "sink"]
     assert [f.path.name for f in section.figures] == [f"stream_{n}_streams.png" for n in names]
     assert all(f.path.is_file() for f in section.figures) and not stale.exists()
     # seed 1 has no file: seed 0 alone, 9 / 1 and 3 / 1, not the two seeds' 18 / 2 and 4 / 2

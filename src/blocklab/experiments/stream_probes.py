@@ -1,5 +1,6 @@
 """The residual-stream probes (probes/stream.py) of a finished run, at its initialisation and at its last
-checkpoint, written to RUN/stream_probes.json; a sweep measures its final runs after the verdicts.
+checkpoint, written to RUN/stream_probes.json; a sweep measures its final runs after the verdicts. They include
+the attention sink and gate measures (probes/sink.py), so a sweep with gated attention is measured too.
 
 The initial model is rebuilt as the trainer built it: torch's generator seeded with the run's seed just before
 `build_model` (training/trainer.py), so it is the run's own step-0 model, not another draw. Both models read the
@@ -20,17 +21,26 @@ from blocklab.training.rundir import STREAM_PROBES
 
 FILE = STREAM_PROBES
 PROBE_BATCH = 8
+MEASURES_VERSION = 2
 
 
-def wants_probes(block: str) -> bool:
-    """The blocks measured: the residual-stream family of SPEC 2c, and Pre-LN, the reference they all start from."""
+def wants_probes(block: str, gated: bool = False) -> bool:
+    """The runs measured: the residual-stream family of SPEC 2c, Pre-LN (the reference they all start from and
+    the ungated side of the gate's comparison), and any run with gated attention (`gated`)."""
     spec = REGISTRY.get(block)
-    return block == "pre-ln" or (spec is not None and spec.family == "stream")
+    return gated or block == "pre-ln" or (spec is not None and spec.family == "stream")
+
+
+def _probed(model) -> bool:
+    """A final run's model config is measured (`wants_probes`), and it is a language model (clm or mlm)."""
+    return model.task in ("clm", "mlm") and wants_probes(model.block, model.attn_gate is not False)
 
 
 def _fingerprint(run: Path, step: int) -> str:
-    """The run's settings (config.toml) and the checkpoint step measured: a stored result is reused only for both."""
-    return hashlib.sha256((run / "config.toml").read_bytes() + f"|{step}|{PROBE_BATCH}".encode()).hexdigest()[:16]
+    """The run's settings (config.toml), the checkpoint step measured and the measures' version: a stored result
+    is reused only for all three (version 2 added the attention measures)."""
+    key = (run / "config.toml").read_bytes() + f"|{step}|{PROBE_BATCH}|{MEASURES_VERSION}".encode()
+    return hashlib.sha256(key).hexdigest()[:16]
 
 
 def probe_run(run: str | Path) -> dict:
@@ -96,10 +106,10 @@ def read_probes(run: str | Path) -> dict | None:
 
 
 def run_stream_probes(finals, out: Path, log=print) -> int:
-    """Measure every final run of a probed block (`wants_probes`) that has a checkpoint, where the sweep has a
-    residual-stream block at all (Pre-LN alone is not measured); returns how many."""
-    probed = [spec for spec in finals if spec.config is not None and wants_probes(spec.config.model.block)]
-    if not any(spec.config.model.block != "pre-ln" for spec in probed):
+    """Measure every final language-model run of a probed block (`wants_probes`) that has a checkpoint, where the
+    sweep has a residual-stream block or gated attention at all (Pre-LN alone is not measured); returns how many."""
+    probed = [spec for spec in finals if spec.config is not None and _probed(spec.config.model)]
+    if all(spec.config.model.block == "pre-ln" and spec.config.model.attn_gate is False for spec in probed):
         return 0
     done = 0
     for spec in probed:

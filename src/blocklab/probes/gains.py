@@ -10,6 +10,7 @@ Keys (`l` is the block index, `h` the head):
     L{l}.alpha_a     L{l}.alpha_m    L{l}.s_qk    L{l}.s_uv     nGPT's scalings, mean over the vector as used
     L{l}.dyt_a{i}    the alpha of the block's i-th DyT (norm="dyt")
     L{l}.derf_a{i}   L{l}.derf_s{i}                     the alpha and the shift of the block's i-th Derf (norm="derf")
+    L{l}.omega{k}    Admin's omega of the block's k-th sub-layer, the mean over its d channels
 
 The model is read through `named_parameters()` and `named_modules()`: any model whose blocks sit in a
 `ModuleList` called `blocks` and use blocklab's parameter names works.
@@ -30,6 +31,7 @@ GAIN_NAMES = ("alpha", "beta", "gamma", "beta_ff", "beta_sa")
 _BLOCK = re.compile(r"(?:^|\.)blocks\.(\d+)\.(.+)$")
 _SUFFIX = {"value": "_v", "proj": "_p"}  # the IdentityPlus owning the gain -> key suffix
 _KEY = re.compile(r"^L(\d+)\.([A-Za-z0-9_]+)(?:\.h(\d+))?$")
+_OMEGA = re.compile(r"^omegas\.(\d+)$")  # Admin's ParameterList (blocks/admin.py)
 
 
 def _gain_kind(rest: str) -> str | None:
@@ -53,6 +55,10 @@ def gain_values(model: nn.Module) -> dict[str, float]:
     for name, p in model.named_parameters():
         m = _BLOCK.search(name)
         if m is None:
+            continue
+        omega = _OMEGA.match(m.group(2))
+        if omega is not None:  # a d-vector: its mean, as the block's skip weight in one number
+            found[(int(m.group(1)), f"omega{omega.group(1)}")] = [gathered(p.detach()).float().mean().item()]
             continue
         kind = _gain_kind(m.group(2))
         if kind is None or p.numel() == 0:

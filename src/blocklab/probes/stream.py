@@ -13,6 +13,8 @@ dilution" these papers argue about); each stream block adds what it changes:
   map. DenseFormer: each depth-weighted average's alphas (parameters; no batch needed), blocks by sources.
 - ResFormer: each layer's (lambda_1, lambda_2).
 - LAuReL: each sub-layer's low-rank path |B A x| against the identity's |x| (means over tokens).
+- Every softmax self-attention: the attention mass on the first token per layer and head, and with attn_gate the
+  gate's mean per head (probes/sink.py: gated attention's claim that the gate removes the sink).
 
 The measurements read the blocks' own mapping functions (`connections`, `mappings`, `weights`) on the inputs
 forward hooks capture, so an equation lives in its block only. Plain lists in the result: it is written as
@@ -24,12 +26,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from blocklab.attention.modules import MultiHeadAttention
 from blocklab.block_table import sublayer_name
 from blocklab.blocks.depthmix import AttnRes, DenseFormer, DepthAttention
 from blocklab.blocks.hyper import HyperConnection, ManifoldHyperConnection
 from blocklab.blocks.laurel import LowRank
 from blocklab.blocks.value_residual import ValueResidualAttention
 from blocklab.probes.measure import hidden_sq_norms
+from blocklab.probes.sink import attention_measures
 
 
 def gains(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -164,7 +168,7 @@ def stream_measures(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
     """Every measurement of this module on `model` (eval mode) and one batch; the absent ones are left out."""
     was = model.training
     model.eval()
-    cap = Capture(model, (HyperConnection, ManifoldHyperConnection, DepthAttention, LowRank))
+    cap = Capture(model, (HyperConnection, ManifoldHyperConnection, DepthAttention, LowRank, MultiHeadAttention))
     try:
         out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
         captured = list(cap.inputs)
@@ -177,6 +181,7 @@ def stream_measures(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
             else denseformer_weights(model),
             "value_lambdas": value_lambdas(model),
             "low_rank_ratio": low_rank_ratios(captured, mask),
+            "attention": attention_measures(captured, mask),
         }
     finally:
         cap.remove()

@@ -26,10 +26,13 @@ from blocklab.reporting.stream_data import (
     curve,
     depth_map,
     gain_peak,
+    gate_curve,
     lambdas_fixed,
     mixing_panels,
     pick_sublayers,
     probed_groups,
+    sink_curve,
+    uniform_level,
     value_lambdas,
 )
 
@@ -287,6 +290,31 @@ def value_caption(groups: list[ProbedGroup]) -> str:
     )
 
 
+def plot_sink(groups: list[ProbedGroup], path: Path) -> Path | None:
+    panels = [
+        ("Attention on the first token", "mean attention on token 0", "layer", "linear", _both(groups, sink_curve)),
+        ("Gate (attn_gate) per layer", "mean of sigmoid(x W_g)", "layer", "linear", _both(groups, gate_curve)),
+    ]
+    return _draw_panels(panels, path)
+
+
+def sink_caption(groups: list[ProbedGroup]) -> str:
+    said = []
+    for g, init, final in _both(groups, sink_curve):
+        gate = gate_curve(g, "final")
+        shut = f", its gate {_span(gate)} per layer" if gate is not None else ""
+        said.append(f"{_whose(g.label)} is {_span(final)} per layer ({_span(init)} at init){shut}")
+    level = next((v for g in groups if (v := uniform_level(g)) is not None), None)
+    even = f"; attention spread evenly over the keys would put {_num(level)} there" if level is not None else ""
+    return (
+        "The attention sink: the mean attention probability on the first token, over the queries after it and the "
+        "heads, per layer; and, for gated attention, the gate's mean (0.5 for a zero W_g; lower where it closes). "
+        f"After training solid, at init dashed, the mean over seeds{even}. After training the first-token mass "
+        + ("; ".join(said) or "was not measured")
+        + "."
+    )
+
+
 def stream_sections(part: Part, fig_dir: Path) -> list[Section]:
     """The part's residual-stream section: one figure per kind of probe its runs have; [] when no run of the
     part has a readable stream_probes.json."""
@@ -302,6 +330,7 @@ def stream_sections(part: Part, fig_dir: Path) -> list[Section]:
         ("stream_mixing", plot_mixing, mixing_caption, hc, "Residual mixing matrices after training"),
         ("stream_depth_weights", plot_depth_weights, depth_caption, depth, "Depth weights at init and after training"),
         ("stream_value_laurel", plot_value_laurel, value_caption, groups, "ResFormer's lambdas and LAuReL's ratio"),
+        ("stream_sink", plot_sink, sink_caption, groups, "The attention sink and the gate"),
     ]:
         try:
             if chosen and (path := plot(chosen, fig_dir / f"{part.name(base)}.png")):
@@ -311,7 +340,8 @@ def stream_sections(part: Part, fig_dir: Path) -> list[Section]:
     data = [d for g in groups for d in g.data]
     steps, tokens = ("/".join(sorted({str(d.get(k)) for d in data})) for k in ("step", "tokens"))
     intro = (
-        "Each final run of a residual-stream block and of Pre-LN, measured on one batch of validation tokens "
+        "Each final run of a residual-stream block, of gated attention and of Pre-LN, measured on one batch of "
+        "validation tokens "
         f"({tokens}) twice: its own initial model, rebuilt from its seed, and its last checkpoint (step {steps}); "
         f"{len(data)} run(s) in {len(groups)} group(s)."
     )

@@ -130,3 +130,26 @@ def lambdas_fixed(g: ProbedGroup) -> bool:
     """Every seed's lambdas unchanged between init and final: the run did not train them."""
     pairs = [[lambda_table(_at(d, m, "value_lambdas")) for m, _ in MOMENTS] for d in g.data]
     return all(a is not None and b is not None and np.allclose(a, b, equal_nan=True) for a, b in pairs)
+
+
+def head_means(per_layer) -> list | None:
+    """[per layer [per head]] -> per layer the mean over heads (None entries, ungated layers, stay None)."""
+    if not isinstance(per_layer, list):
+        return None
+    return [None if heads is None else float(np.mean(heads)) for heads in per_layer]
+
+
+def sink_curve(g: ProbedGroup, moment: str) -> np.ndarray | None:
+    """The first-token attention mass per layer (mean over heads), the mean over seeds."""
+    return seed_mean(head_means(_at(d, moment, "attention", "first_token_mass")) for d in g.data)
+
+
+def gate_curve(g: ProbedGroup, moment: str) -> np.ndarray | None:
+    """The gate's mean per layer (mean over heads), the mean over seeds; None for an ungated group."""
+    return seed_mean(head_means(_at(d, moment, "attention", "gate_mean")) for d in g.data)
+
+
+def uniform_level(g: ProbedGroup) -> float | None:
+    """The first-token mass of evenly spread attention on the probes' batch (the same for every run of a part)."""
+    levels = [v for d in g.data if isinstance(v := _at(d, "final", "attention", "uniform"), (int, float))]
+    return float(levels[0]) if levels else None
