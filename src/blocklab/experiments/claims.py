@@ -17,17 +17,22 @@ HE = "He & Hofmann (2024)"
 XIONG = "Xiong et al. (2020)"
 
 
-def resolved_groups(sweep, exp) -> dict:
-    """{group: (block, warm-up steps)} from each group's resolved config (a warm-up may come from the base)."""
+def resolved_configs(sweep, exp) -> dict:
+    """{group: its run config} of experiment `exp`, resolved as its first final run's at the largest size (a
+    setting may come from the base or a block's recipe); the tuned setting at its first grid value."""
     out = {}
     for g in sweep.groups:
         if (str(g.experiment) if g.experiment else sweep.name) != exp:
             continue
         tune = sweep.tune_of(g)
         size = sweep.size_indices()[-1]
-        cfg = sweep.make_run(g, size, tune.values[0] if tune else None, sweep.final_seeds()[0], "final").config
-        out[g.name] = (cfg.model.block, cfg.train.warmup_steps)
+        out[g.name] = sweep.make_run(g, size, tune.values[0] if tune else None, sweep.final_seeds()[0], "final").config
     return out
+
+
+def resolved_groups(sweep, exp) -> dict:
+    """{group: (block, warm-up steps)} from each group's resolved config (a warm-up may come from the base)."""
+    return {name: (cfg.model.block, cfg.train.warmup_steps) for name, cfg in resolved_configs(sweep, exp).items()}
 
 
 def resolved_blocks(sweep, exp) -> dict:

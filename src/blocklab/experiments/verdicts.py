@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from blocklab import stats
+from blocklab.experiments.answers_claims import answers_claims
 from blocklab.experiments.claims import claims
 from blocklab.experiments.secondary import secondary_metrics
 from blocklab.experiments.stream_claims import stream_claims
@@ -320,4 +321,5 @@ def compute_verdicts(sweep: Sweep, out: str | Path, finals: list[RunSpec]) -> di
     experiments = {str(exp) if exp else sweep.name: _experiment(sweep, out, exp, finals) for exp in _experiments(sweep)}
     _comparisons(experiments)
     found = claims(experiments, sweep) + stream_claims(experiments, sweep, out, finals)
+    found += answers_claims(experiments, sweep, out, finals)
     return {"sweep": sweep.name, "experiments": experiments, "claims": found}
