@@ -29,9 +29,10 @@ $(DEV_STAMP): $(STAMP)
 	touch $(DEV_STAMP)
 
 # Test processes (pytest-xdist). Whole files go to one worker (--dist loadfile), so that a module's
-# shared runs (tests/training/test_fsdp.py's torchrun runs) are made once, not once per worker.
+# shared runs (tests/training/test_fsdp.py's torchrun runs) are made once, not once per worker; the longest
+# files first (tests/durations.py), not xdist's most-tests-first order.
 TEST_JOBS ?= 2
-PYTEST := $(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
+PYTEST := $(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 # ruff: format and lint (pyproject.toml's [tool.ruff]); lint-imports: the import contracts of
 # [tool.importlinter] (the package's layers); then every test.

@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.durations import load as load_durations
+from tests.durations import longest_first
+
 # One thread per process, set before torch is imported so that subprocesses (the CLI runs, torchrun's
 # workers) inherit it: the models here are tiny and gain nothing from threads, while idle OpenMP
 # threads that spin on a shared 2-core machine made one 20-step run 30x slower (98 vs 3400 tokens/s).
@@ -99,7 +102,11 @@ SLOW_ELSEWHERE = (
 SLOW_NAMES = ("short_run_learns",)
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.startswith(SLOW_ELSEWHERE) or any(n in item.name for n in SLOW_NAMES):
             item.add_marker(pytest.mark.slow)
+    if hasattr(config, "workerinput"):  # an xdist worker, whose collection order the scheduler follows
+        # Longest files first (tests/durations.py says why); `make test` turns xdist's own reorder off.
+        order = longest_first([item.nodeid for item in items], load_durations())
+        items[:] = [items[i] for i in order]
