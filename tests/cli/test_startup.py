@@ -212,4 +212,7 @@ def test_ctrl_c_while_the_library_is_imported_is_one_line(tmp_path, overrides):
     os.kill(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 130 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1].startswith("blocklab") and "interrupted" in err.strip().splitlines()[-1]
+    last = err.strip().splitlines()[-1]
+    # While torch loads the interrupt ends the command; one that a library swallowed there (blocklab/interrupts.py)
+    # stops the training loop at its first step instead, with the loop's own line.
+    assert (last.startswith("blocklab") and "interrupted" in last) or last.startswith("interrupted at step 1;"), err

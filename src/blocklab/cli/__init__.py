@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 
+from blocklab import interrupts
 from blocklab.errors import UserError
 from blocklab.overrides import split_overrides
 
@@ -85,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = overrides
         if overrides and not getattr(args, "accepts_overrides", False):
             parser.error(f"blocklab {args.command} takes no {overrides[0]} option")
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        if interrupts.take():  # a Ctrl-C some library swallowed on the way: the command did not see it
+            raise KeyboardInterrupt
+        return code
     except UserError as e:
         print(f"{_prog(args)}: error: {e}", file=sys.stderr)
         return 2

@@ -95,11 +95,13 @@ def warmup_free_claim(exp, result, pair, post0, pre0, kind) -> dict:
         why = f"failed or best rate at the grid's edge: {', '.join(bad)}. Trainable ranges: {ranges}."
         return _claim(paper, exp, a0, claim, "inconclusive", why)
     gap = G[a0]["mean"] - G[a]["mean"]
+    low, worse = hi(G[a0]) <= hi(G[post0]), gap > tol
     if hi(G[post0]) >= hi(G[pre0]):
         status, verdict = "inconclusive", "Post-LN without warm-up trained as high as Pre-LN: no instability to remove"
-    elif hi(G[a0]) <= hi(G[post0]) or gap > tol:
-        status, verdict = "does not hold", "no higher than Post-LN without warm-up, or worse than with warm-up"
-    elif hi(G[a0]) >= hi(G[pre0]) and gap <= tol:
+    elif low or worse:
+        said = ["its range ends no higher than Post-LN's without warm-up"] if low else []
+        status, verdict = "does not hold", " and ".join(said + (["it is worse than with warm-up"] if worse else []))
+    elif hi(G[a0]) >= hi(G[pre0]):
         status, verdict = "holds", "as high as Pre-LN without warm-up and within tolerance of its warm-up score"
     else:
         status, verdict = "inconclusive", "above Post-LN's range, below Pre-LN's"

@@ -81,10 +81,18 @@ def _ticks(names: list[str], most: int = 12) -> tuple[list[int], list[str]]:
 
 
 def _group_colours(firsts: list[Run]) -> dict[str, tuple]:
-    """{group: colour}: the block's colour, lightened for each further group of the same block (a line style of
-    its own is not free here: dashed means at init)."""
+    """{group: colour}: the block's colour, lightened for the second group of the same block (a line style of
+    its own is not free here: dashed means at init). Where a block has more than two groups (Pre-LN with and
+    without warm-up, with Derf, DyT or the gate) shades run together, so every group gets its own colour."""
+    from matplotlib import colormaps
     from matplotlib.colors import to_rgb
 
+    counts: dict[str, int] = {}
+    for r in firsts:
+        counts[r.block] = counts.get(r.block, 0) + 1
+    if max(counts.values(), default=0) > 2:
+        palette = colormaps["tab20"].colors
+        return {r.group: tuple(palette[i % len(palette)]) for i, r in enumerate(firsts)}
     seen: dict[str, int] = {}
     out = {}
     for r in firsts:
@@ -123,8 +131,15 @@ def _draw_panels(panels: list[tuple], path: Path, shared: bool = False) -> Path 
         ax.grid(alpha=0.3)
         if not shared:
             F.place_legend(ax, 2 * len(curves))
-    if shared:  # beside the last panel: a legend of every group inside would hide the curves
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    if shared:  # beside the last panel, of the panel with the most groups: inside it would hide the curves
+        fullest = max(fig.axes, key=lambda a: len(a.get_lines()))
+        ax.legend(
+            *fullest.get_legend_handles_labels(),
+            fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0,
+        )
     return F.save_figure(fig, path)
 
 
@@ -295,7 +310,7 @@ def plot_sink(groups: list[ProbedGroup], path: Path) -> Path | None:
         ("Attention on the first token", "mean attention on token 0", "layer", "linear", _both(groups, sink_curve)),
         ("Gate (attn_gate) per layer", "mean of sigmoid(x W_g)", "layer", "linear", _both(groups, gate_curve)),
     ]
-    return _draw_panels(panels, path)
+    return _draw_panels(panels, path, shared=True)
 
 
 def sink_caption(groups: list[ProbedGroup]) -> str:

@@ -9,6 +9,8 @@ import signal
 
 import torch
 
+from blocklab import interrupts
+
 
 def diverged(loss: float, initial_loss: float, factor: float) -> bool:
     """A non-finite loss, or one above `factor` times the run's first loss."""
@@ -41,7 +43,7 @@ class SignalFlag:
     """Turn the first SIGINT/SIGTERM into a flag the loop checks; a second SIGINT interrupts at once."""
 
     def __init__(self):
-        self.raised = False
+        self.raised = interrupts.take()  # a Ctrl-C swallowed before the loop (blocklab/interrupts.py)
         self._old = {}
 
     def _handle(self, signum, frame):
