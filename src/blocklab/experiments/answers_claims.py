@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 
 from blocklab import stats
-from blocklab.experiments.claims import resolved_configs
+from blocklab.experiments.claims import per_step, resolved_configs, unusable
 from blocklab.training.rundir import STREAM_PROBES
 
 WARMUP_FREE = {
@@ -69,16 +69,6 @@ def _range_text(group: dict) -> str:
     return f"{group['label']} {'none' if r is None else f'{r[0]:g}..{r[1]:g}'}"
 
 
-def _unusable(result: dict, names: list[str]) -> list[str]:
-    """Labels of the groups that failed (mean at the cap) or have their best rate at the grid's edge."""
-    cap, out = result["cap"], []
-    for n in names:
-        g = result["groups"][n]
-        if g.get("best_at_edge") or g["mean"] is None or (cap is not None and g["mean"] >= cap):
-            out.append(g["label"])
-    return out
-
-
 def _claim(paper: str, exp: str, group: str, claim: str, status: str, why: str) -> dict:
     return {"paper": paper, "experiment": exp, "group": group, "claim": claim, "status": status, "why": why}
 
@@ -90,7 +80,7 @@ def warmup_free_claim(exp, result, pair, post0, pre0, kind) -> dict:
     claim = f"{label} trains without warm-up: as high a learning rate as Pre-LN, no loss against its own warm-up"
     ranges = ", ".join(_range_text(G[n]) for n in (a0, a, post0, pre0))
     tol = result["tolerance"]
-    bad = _unusable(result, [a0, a, post0, pre0])
+    bad = unusable(result, [a0, a, post0, pre0])
     if bad:
         why = f"failed or best rate at the grid's edge: {', '.join(bad)}. Trainable ranges: {ranges}."
         return _claim(paper, exp, a0, claim, "inconclusive", why)
@@ -116,12 +106,10 @@ def norm_free_claim(exp, result, name, ref, kind) -> dict:
     paper, label = NORM_FREE[kind]
     G, c = result["groups"], result["comparisons"].get(name, {})
     claim = f"{label} in place of the norm does as well as Pre-LN's LayerNorm"
-    bad = _unusable(result, [ref, name])
-    if bad or not c.get("ci95"):
-        why = f"failed or best rate at the grid's edge: {', '.join(bad)}" if bad else "fewer than two seeds a side"
-        return _claim(paper, exp, name, claim, "inconclusive", why + ".")
+    status, early = per_step(result, ref, name)
+    if early:
+        return _claim(paper, exp, name, claim, status, early)
     tol = result["tolerance"]
-    status = "does not hold" if c["verdict"] == "worse" else "holds" if c["ci95"][1] < tol else "inconclusive"
     why = (
         f"against {G[ref]['label']}: difference {c['difference']:+.3f}, 95% interval {c['ci95'][0]:+.3f}.."
         f"{c['ci95'][1]:+.3f}, corrected p = {c['p_holm']:.2g}, {c['verdict']}; tolerance +{tol:g}; trainable "
@@ -134,7 +122,7 @@ def gate_range_claim(exp, result, gates: list[str], pres: list[str]) -> dict:
     G = result["groups"]
     claim = "Gated attention tolerates larger learning rates than Pre-LN"
     ranges = "; ".join(f"{_range_text(G[g])} against {_range_text(G[p])}" for g, p in zip(gates, pres))
-    bad = _unusable(result, gates + pres)
+    bad = unusable(result, gates + pres)
     if bad:
         why = f"failed or best rate at the grid's edge: {', '.join(bad)}. Trainable ranges: {ranges}."
         return _claim(GATE, exp, gates[0], claim, "inconclusive", why)

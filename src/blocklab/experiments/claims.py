@@ -40,6 +40,30 @@ def resolved_blocks(sweep, exp) -> dict:
     return {name: block for name, (block, _) in resolved_groups(sweep, exp).items()}
 
 
+def unusable(result: dict, names: list[str]) -> list[str]:
+    """Labels of the groups of `names` that failed (no mean, or a mean at the cap) or have their best value at the
+    grid's edge: a claim that reads them is inconclusive."""
+    cap, out = result["cap"], []
+    for n in names:
+        g = result["groups"][n]
+        if g.get("best_at_edge") or g["mean"] is None or (cap is not None and g["mean"] >= cap):
+            out.append(g["label"])
+    return out
+
+
+def per_step(result: dict, ref: str, name: str) -> tuple[str, str | None]:
+    """He & Hofmann's rule for group `name` against `ref` from its comparison: `holds` when the upper end of the
+    Welch interval is below +tolerance, `does not hold` when `worse`, else `inconclusive`. Returns (status, why)
+    with `why` set only where no comparison could be read (a failed or edge group, fewer than two seeds)."""
+    bad = unusable(result, [ref, name])
+    c = result["comparisons"].get(name, {})
+    if bad or not c.get("ci95"):
+        why = f"failed or best rate at the grid's edge: {', '.join(bad)}" if bad else "fewer than two seeds a side"
+        return "inconclusive", why + "."
+    status = "does not hold" if c["verdict"] == "worse" else "holds" if c["ci95"][1] < result["tolerance"] else None
+    return status or "inconclusive", None
+
+
 def _fmt_range(r) -> str:
     return "none" if r is None else f"{r[0]:g}..{r[1]:g}"
 

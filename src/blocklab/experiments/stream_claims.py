@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 
 from blocklab import stats
-from blocklab.experiments.claims import resolved_blocks
+from blocklab.experiments.claims import per_step, resolved_blocks, unusable
 from blocklab.training.rundir import STREAM_PROBES
 
 HC = "Zhu et al. (2025)"
@@ -71,19 +71,10 @@ def speedup(curve: list[tuple[int, float]], level: float, ref_steps: float) -> f
     return ref_steps / steps_to(curve, level)
 
 
-def _failed_or_edge(result: dict, names: list[str]) -> list[str]:
-    cap = result["cap"]
-    return [
-        result["groups"][n]["label"]
-        for n in names
-        if result["groups"][n].get("best_at_edge") or (cap is not None and (result["groups"][n]["mean"] or cap) >= cap)
-    ]
-
-
 def _speedup_claim(exp, result, name, ref, runs, paper, factor, text) -> dict:
     g = result["groups"][name]
     claim = {"paper": paper, "experiment": exp, "group": name, "claim": f"{g['label']}: {text} over Pre-LN"}
-    bad = _failed_or_edge(result, [ref, name])
+    bad = unusable(result, [ref, name])
     ref_curves = [c for c in (training_curve(r) for r in runs[ref]) if c]
     curves = [c for c in (training_curve(r) for r in runs[name]) if c]
     if bad or len(ref_curves) < 2 or len(curves) < 2:
@@ -162,13 +153,10 @@ def _resformer_claim(exp, result, name, ref) -> dict:
         "group": name,
         "claim": f"{g['label']}: the same loss as Pre-LN with {fewer:.1%} fewer parameters (the paper: 16.11%)",
     }
-    bad = _failed_or_edge(result, [ref, name])
-    c = result["comparisons"].get(name, {})
-    if bad or not c.get("ci95"):
-        why = f"failed or best rate at the grid's edge: {', '.join(bad)}" if bad else "fewer than two seeds a side"
-        return claim | {"status": "inconclusive", "why": why + "."}
-    tol = result["tolerance"]
-    status = "does not hold" if c["verdict"] == "worse" else "holds" if c["ci95"][1] < tol else "inconclusive"
+    status, early = per_step(result, ref, name)
+    if early:
+        return claim | {"status": status, "why": early}
+    c, tol = result["comparisons"][name], result["tolerance"]
     why = (
         f"difference {c['difference']:+.3f} nats, 95% interval {c['ci95'][0]:+.3f}..{c['ci95'][1]:+.3f}, corrected "
         f"p = {c['p_holm']:.2g}, {c['verdict']}; tolerance +{tol:g}; {g['n_params']:,} parameters against "
