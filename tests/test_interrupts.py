@@ -63,3 +63,21 @@ def test_a_swallowed_ctrl_c_makes_the_command_exit_130_with_one_line(handler, ca
     assert main(["report", str(tmp_path)]) == 130
     assert capsys.readouterr().err.strip().splitlines() == ["blocklab report: interrupted"]
     assert main(["report", str(tmp_path)]) == 0  # the record was taken: the next command is not interrupted
+
+
+def test_a_command_that_saw_the_ctrl_c_says_so_alone(handler, capsys, monkeypatch):
+    """A command that handled the interrupt itself (compare's workers, the training loop) exits 130 with its own
+    words: the command line adds no second line."""
+    import blocklab.cli as cli
+
+    def command(args):
+        swallowed_ctrl_c()
+        return 130
+
+    class Parser:
+        def parse_args(self, rest):
+            return argparse.Namespace(command="compare", func=command)
+
+    monkeypatch.setattr(cli, "build_parser", lambda name: Parser())
+    assert main(["compare"]) == 130
+    assert capsys.readouterr().err == "" and not interrupts.take()

@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         if overrides and not getattr(args, "accepts_overrides", False):
             parser.error(f"blocklab {args.command} takes no {overrides[0]} option")
         code = int(args.func(args) or 0)
-        if interrupts.take():  # a Ctrl-C some library swallowed on the way: the command did not see it
+        # A Ctrl-C the command did not see (a library swallowed it on the way); one it saw already said so (130).
+        if interrupts.take() and code != 130:
             raise KeyboardInterrupt
         return code
     except UserError as e:
