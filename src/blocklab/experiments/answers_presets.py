@@ -22,16 +22,7 @@ at its best rate: the final seeds never include the one its rate was chosen on.
 
 from __future__ import annotations
 
-XIONG_SETTING = {
-    "model.n_layers": 6,
-    "model.init": "xavier",
-    "model.norm": "layernorm",
-    "train.optimizer": "adam",
-    "train.schedule": "inv_sqrt",
-    "train.beta2": 0.98,
-    "train.weight_decay": 0.0,
-    "train.grad_clip": 0.0,
-}
+from blocklab.experiments.warmup_presets import XIONG_SETTING
 
 # (group name, label, settings): the answers of SPEC 2c, then Xiong's two.
 CLM_ANSWERS = [

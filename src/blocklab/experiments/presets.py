@@ -6,7 +6,14 @@ from blocklab.experiments.answers_presets import WARMUP_ANSWERS, WARMUP_ANSWERS_
 from blocklab.experiments.downstream_presets import HE_BERT, HE_BERT_GPU, XIONG_BERT
 from blocklab.experiments.stream_presets import STREAM, STREAM_DEPTH, STREAM_DEPTH_GPU, STREAM_GPU
 from blocklab.experiments.translation_presets import XIONG_IWSLT, XIONG_IWSLT_GPU
-from blocklab.experiments.warmup_presets import WARMUP, WARMUP_GPU, XIONG_ADAM_LRS, XIONG_SGD_LRS, xiong_arms
+from blocklab.experiments.warmup_presets import (
+    WARMUP,
+    WARMUP_GPU,
+    XIONG_ADAM_LRS,
+    XIONG_SETTING,
+    XIONG_SGD_LRS,
+    xiong_arms,
+)
 from blocklab.experiments.zoo_presets import DEPTH, ZOO, ZOO_GPU
 
 # Each paper's claim in its own paper's setting, each block at its own best learning rate (one tuning seed),
@@ -24,19 +31,7 @@ from blocklab.experiments.zoo_presets import DEPTH, ZOO, ZOO_GPU
 # runs train to the end and a failure is a final loss at the cap. Post-LN's failures in Xiong's setting are
 # stalls from the start, which the rule ends early.
 HE_QUICK = {"train.stall_patience": 0}
-XIONG_QUICK = {
-    "model.n_layers": 6,
-    "model.init": "xavier",
-    "model.norm": "layernorm",
-    "train.optimizer": "adam",
-    "train.schedule": "inv_sqrt",
-    "train.inv_sqrt_scale": 30,
-    "train.warmup_steps": 30,
-    "train.beta2": 0.98,
-    "train.weight_decay": 0.0,
-    "train.grad_clip": 0.0,
-    "train.stall_patience": 75,
-}
+XIONG_QUICK = {**XIONG_SETTING, "train.inv_sqrt_scale": 30, "train.warmup_steps": 30, "train.stall_patience": 75}
 QUICK = {
     "name": "quick",
     "description": "Each block at its own best learning rate (one tuning seed), then three final seeds there, "

@@ -48,6 +48,19 @@ def xiong_arms(blocks, warmups, adam_lrs, sgd_lrs) -> dict:
     return {"experiments": experiments, "runs": runs}
 
 
+# Xiong et al.'s Transformer and optimizer (fairseq's): Xavier init, LayerNorm, Adam (0.9, 0.98) without
+# clipping or weight decay, inverse-square-root decay, 6 layers (the quick and warmup-answers presets' setting).
+XIONG_SETTING = {
+    "model.n_layers": 6,
+    "model.init": "xavier",
+    "model.norm": "layernorm",
+    "train.optimizer": "adam",
+    "train.schedule": "inv_sqrt",
+    "train.beta2": 0.98,
+    "train.weight_decay": 0.0,
+    "train.grad_clip": 0.0,
+}
+
 # The paper's rates (Adam 5e-4 and 1e-3, SGD 1e-3 and 5e-3), each grid widened by one value on both sides:
 # a best at a grid's edge is no verdict.
 XIONG_ADAM_LRS = [2.5e-4, 5e-4, 1e-3, 2e-3]
