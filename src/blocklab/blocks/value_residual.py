@@ -67,6 +67,13 @@ class ValueResidualAttention(MultiHeadAttention):
             self.register_buffer("lambda1", torch.tensor(LAMBDA), persistent=False)
             self.register_buffer("lambda2", torch.tensor(LAMBDA), persistent=False)
 
+    @torch.no_grad()
+    def reset_buffers(self) -> None:
+        """The fixed lambdas again: a model built on the meta device (a `transformers` load) has none."""
+        if not self.first and not self.cfg.value_residual_learnable:
+            self.lambda1.fill_(LAMBDA)
+            self.lambda2.fill_(LAMBDA)
+
     def forward(
         self, x: torch.Tensor, v1: torch.Tensor | None, key_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

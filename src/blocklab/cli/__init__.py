@@ -28,6 +28,7 @@ COMMANDS = {
     "report": "write the HTML and Markdown report of a sweep or of runs",
     "bench": "tokens/s, MFU and peak memory of training steps per block",
     "check": "every attention path against the reference, and their speed, on this machine",
+    "export": "write a run's model as a folder Hugging Face transformers loads",
 }
 
 

@@ -105,6 +105,14 @@ class TokenModel(nn.Module):
         # tied head still sees unit-scale weights.
         self.embed_scale = math.sqrt(d) if cfg.init == "xavier" else 1.0
 
+    @torch.no_grad()
+    def reset_buffers(self) -> None:
+        """The non-persistent buffers computed again (no checkpoint holds them): what a model built on the
+        meta device (a `transformers` load) needs once its parameters are in. Every module with such a
+        buffer has this method (tests/model/test_buffers.py)."""
+        if self.cfg.positions != "learned":
+            self.pos_table.copy_(sinusoidal(self.cfg.max_seq_len, self.cfg.d_model))
+
     def output_head(self, cfg: ModelConfig) -> None:
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.block_hooks.add_head(self, cfg)

@@ -47,6 +47,11 @@ def sample(
 def load_run(run: str | Path, device: str = "cpu", step: int | None = None):
     """(model, tokenizer, config) from a run directory's config, tokenizer and checkpoint: that of `step`, or
     the latest (an older one, said on stderr, when the latest is damaged)."""
+    return load_run_step(run, device, step)[:3]
+
+
+def load_run_step(run: str | Path, device: str = "cpu", step: int | None = None):
+    """load_run's (model, tokenizer, config) and the step of the checkpoint read."""
     run = Path(run)
     if not (run / "config.toml").is_file():
         raise UserError(f"{run} holds no blocklab run (no config.toml)")
@@ -63,7 +68,7 @@ def load_run(run: str | Path, device: str = "cpu", step: int | None = None):
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
         raise UserError(f"checkpoint {ckpt['path']} does not fit the run's config: {str(e).splitlines()[0]}") from None
-    return model.to(device), tokenizer, cfg
+    return model.to(device), tokenizer, cfg, ckpt["step"]
 
 
 def generate_text(

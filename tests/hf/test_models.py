@@ -1,0 +1,161 @@
+"""The `transformers` wrappers of every block (blocklab.hf): the same logits as blocklab's own model, the same
+greedy tokens as `blocklab generate`'s sampler, through a save_pretrained / from_pretrained round trip."""
+
+import pytest
+import torch
+
+from blocklab import ModelConfig, build_model
+from blocklab.registry import REGISTRY
+from blocklab.training.generate import sample
+
+hf = pytest.importorskip("blocklab.hf")
+from transformers import (  # noqa: E402
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+)
+
+AUTO = {"clm": AutoModelForCausalLM, "mlm": AutoModelForMaskedLM, "classification": AutoModelForSequenceClassification}
+V, T = 64, 12
+# Settings that change what the wrapper carries: sinusoidal positions (a buffer a meta-device load leaves
+# empty), an untied head, the optional attention parts, the other norms, the fused path (sdpa on CPU).
+VARIANTS = {
+    "pre-ln+sinusoidal+untied": dict(block="pre-ln", positions="sinusoidal", tie_embeddings=False),
+    "pre-ln+gate+qk_norm": dict(block="pre-ln", attn_gate="headwise", qk_norm=True),
+    "pre-ln+dyt": dict(block="pre-ln", norm="dyt"),
+    "pre-ln+derf+bias": dict(block="pre-ln", norm="derf", bias=True, mlp_bias=True),
+    "sas-p+fused": dict(block="sas-p", attn_impl="fused"),
+    "value-residual+learnable": dict(block="value-residual", value_residual_learnable=True),
+    "hyper-connections+static": dict(block="hyper-connections", hc_dynamic=False),
+    "hybridnorm+first-pre": dict(block="hybridnorm", hybridnorm_first_pre=True),
+    "post-ln+xavier": dict(block="post-ln", init="xavier", activation="gelu", norm="layernorm"),
+}
+CASES = {b: dict(block=b) for b in REGISTRY} | VARIANTS
+
+
+def cfg_of(case: str, task: str) -> ModelConfig:
+    extra = dict(n_labels=3) if task == "classification" else {}
+    return ModelConfig(
+        task=task, vocab_size=V, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_seq_len=T, **CASES[case], **extra
+    )
+
+
+def trained_like(cfg: ModelConfig, seed: int = 0) -> torch.nn.Module:
+    """A model whose zero-initialised parts (shaped attention's W^Q, ReZero's gains ...) are not zero, so that a
+    part the export dropped or misplaced would change the logits; its constraint set restored, as after a step."""
+    torch.manual_seed(seed)
+    model = build_model(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    model.after_optimizer_step()
+    return model.eval()
+
+
+def round_trip(model: torch.nn.Module, tmp_path):
+    wrapper = hf.HF_CLASSES[model.cfg.task].from_blocklab(model)
+    wrapper.save_pretrained(tmp_path)
+    return AUTO[model.cfg.task].from_pretrained(tmp_path).eval()
+
+
+def padded_batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, V, (3, T), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0  # right padding, as blocklab's batches have it
+    mask[2, 5:] = 0
+    ids[mask == 0] = 0
+    return ids, mask
+
+
+def tasks_of(task: str) -> list[str]:
+    return [c for c in CASES if task in REGISTRY[CASES[c]["block"]].tasks]
+
+
+@pytest.mark.parametrize("case", tasks_of("clm"))
+def test_causal_logits_and_greedy_tokens_equal_blocklab(case, tmp_path):
+    model = trained_like(cfg_of(case, "clm"))
+    loaded = round_trip(model, tmp_path)
+    assert type(loaded).__name__ == "BlocklabForCausalLM"
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        want = model(ids, mask).logits
+        got = loaded(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # Past max_seq_len (12): both read the newest window; both stop at <eod>.
+    prompt = ids[:1, :4]
+    want = sample(model, prompt, 14, temperature=0, stop_id=2)
+    got = loaded.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=14, do_sample=False)
+    assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("case", tasks_of("mlm"))
+def test_masked_lm_logits_equal_blocklab(case, tmp_path):
+    model = trained_like(cfg_of(case, "mlm"))
+    loaded = round_trip(model, tmp_path)
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits, model(ids, mask).logits)
+
+
+@pytest.mark.parametrize("case", ["pre-ln", "sas-p", "ngpt", "mhc", "pre-ln+sinusoidal+untied"])
+def test_classifier_logits_and_loss_equal_blocklab(case, tmp_path):
+    model = trained_like(cfg_of(case, "classification"))
+    loaded = round_trip(model, tmp_path)
+    assert loaded.config.num_labels == 3
+    ids, mask = padded_batch()
+    labels = torch.tensor([0, 2, 1])
+    with torch.no_grad():
+        want, got = model(ids, mask, labels), loaded(input_ids=ids, attention_mask=mask, labels=labels)
+    torch.testing.assert_close(got.logits, want.logits)
+    torch.testing.assert_close(got.loss, want.loss)
+
+
+def test_causal_labels_are_shifted_as_transformers_has_them(tmp_path):
+    model = trained_like(cfg_of("pre-ln", "clm"))
+    wrapper = hf.BlocklabForCausalLM.from_blocklab(model)
+    ids, _ = padded_batch()
+    with torch.no_grad():
+        hf_loss = wrapper(input_ids=ids, labels=ids).loss
+        own = model(ids[:, :-1], labels=ids[:, 1:]).loss  # blocklab's labels are the next tokens
+    torch.testing.assert_close(hf_loss, own)
+
+
+def test_a_fresh_model_from_its_config_is_blocklabs_init():
+    cfg = cfg_of("sas-p", "clm")
+    torch.manual_seed(3)
+    want = build_model(cfg).state_dict()
+    torch.manual_seed(3)
+    got = AutoModelForCausalLM.from_config(hf.BlocklabConfig(blocklab=cfg.to_dict())).model.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_the_config_carries_the_whole_model_config(tmp_path):
+    cfg = cfg_of("hybridnorm+first-pre", "clm")
+    hf.BlocklabConfig(blocklab=cfg.to_dict()).save_pretrained(tmp_path)
+    back = AutoConfig.from_pretrained(tmp_path)
+    assert back.model_config == cfg
+    assert (back.hidden_size, back.max_position_embeddings, back.vocab_size) == (16, T, V)
+
+
+def test_a_wrapper_of_another_task_and_a_bad_config_are_value_errors():
+    with pytest.raises(ValueError, match="'clm'"):
+        hf.BlocklabForCausalLM(hf.BlocklabConfig(blocklab=cfg_of("pre-ln", "mlm").to_dict()))
+    with pytest.raises(ValueError, match="block"):
+        hf.BlocklabConfig(blocklab={"block": "no-such-block"})
+
+
+def test_tied_embeddings_stay_one_tensor(tmp_path):
+    from safetensors import safe_open
+
+    loaded = round_trip(trained_like(cfg_of("pre-ln", "clm")), tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        names = set(f.keys())
+    assert "model.tok.weight" in names and not any("head" in n for n in names)
+    assert loaded.get_output_embeddings() is None and loaded.config.tie_word_embeddings
+    with torch.no_grad():  # the head is the embedding: changing one changes the logits
+        before = loaded(input_ids=torch.tensor([[3, 4]])).logits
+        loaded.get_input_embeddings().weight[5].add_(1.0)
+        after = loaded(input_ids=torch.tensor([[3, 4]])).logits
+    assert not torch.equal(before[..., 5], after[..., 5])
