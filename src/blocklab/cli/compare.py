@@ -139,6 +139,13 @@ def run(args) -> int:
 
         html, md = write_report(args.out)
         print(f"report: {html}\n        {md}")
+        from blocklab.training.trackers import track_report
+
+        configs = [r.config for r in sweep.runs + result["finals"]]
+        verdicts = Path(args.out) / "verdicts.json"
+        used = track_report(Path(args.out), sweep.name, configs, [Path(html), Path(md), verdicts])
+        if used:
+            _log(f"report logged to {' and '.join(used)}: the run named 'report' in the sweep's group")
     return 0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from pathlib import Path
 
 from blocklab.atomic import writable_dir, write_atomic
@@ -11,6 +13,7 @@ from blocklab.experiments.jobs import run_many
 from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts
+from blocklab.training.trackers import require
 
 FINISHED = ("completed", "diverged", "stalled")  # kept as they are when the sweep is run again
 
@@ -78,9 +81,25 @@ def _check_out(sweep: Sweep, out: Path) -> None:
     writable_dir(out, "--out folder")  # a file in the way, no permission, a full disk
 
 
-def _train_phase(runs: list[RunSpec], out: Path, jobs: int, progress, log, results: dict, total: int) -> str:
+def track_in_sweep(run: RunSpec, sweep: str, out: Path) -> None:
+    """A run tracked in MLflow or W&B is grouped under the sweep's name (its MLflow experiment, its W&B group)
+    and, with MLflow and no store of the user's, stored in the sweep's folder: written into the run's config,
+    so that its config.toml says where it was tracked. Neither changes what the run is (rundir.NO_EFFECT)."""
+    t = run.config.train
+    if not set(t.trackers) - {"tensorboard"}:
+        return
+    changes = {"tracker_group": t.tracker_group or sweep}
+    if "mlflow" in t.trackers and t.mlflow_uri is None and not os.environ.get("MLFLOW_TRACKING_URI"):
+        changes["mlflow_uri"] = (out / "mlruns").resolve().as_uri()
+    run.config.train = dataclasses.replace(t, **changes)
+
+
+def _train_phase(
+    runs: list[RunSpec], sweep: str, out: Path, jobs: int, progress, log, results: dict, total: int
+) -> str:
     tasks = []
     for run in runs:
+        track_in_sweep(run, sweep, out)
         run_dir = out / "runs" / run.name
         status = run_status(run_dir)
         head = f"[{len(results) + len(tasks) + 1}/{total}] {run.label}"
@@ -108,13 +127,15 @@ def run_sweep(
     untuned and tuning runs, then each tuned group's final seeds at its best value; then the fine-tuning stage
     and DIR/verdicts.json. Returns {"status": "completed" | "interrupted", "runs": {name: summary}, "finals"}."""
     out = Path(out)
+    for run in sweep.runs:  # a tracker's missing package is said before the first run, not after it
+        require(run.config.train)
     _check_out(sweep, out)
     check_changed(sweep.runs, out, rerun_changed, log)
     finals = sweep.final_runs({})
     write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, finals), indent=2) + "\n")
     results: dict = {}
     total = sweep.n_runs
-    if _train_phase(sweep.runs, out, jobs, progress, log, results, total) == "interrupted":
+    if _train_phase(sweep.runs, sweep.name, out, jobs, progress, log, results, total) == "interrupted":
         log("sweep interrupted; run the same command again to continue")
         return {"status": "interrupted", "runs": results, "finals": finals}
     if sweep.tuned:
@@ -131,7 +152,7 @@ def run_sweep(
         extra = [r for r in finals if r.name not in known]
         check_changed(extra, out, rerun_changed, log)
         write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, finals), indent=2) + "\n")
-        if _train_phase(extra, out, jobs, progress, log, results, total) == "interrupted":
+        if _train_phase(extra, sweep.name, out, jobs, progress, log, results, total) == "interrupted":
             log("sweep interrupted; run the same command again to continue")
             return {"status": "interrupted", "runs": results, "finals": finals}
     if sweep.finetune is not None:

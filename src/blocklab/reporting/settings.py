@@ -13,11 +13,21 @@ from __future__ import annotations
 
 from blocklab.reporting.runs import Run
 
+# Where a run's numbers were tracked (train.trackers, training/trackers.py) says nothing about its results.
+TRACKING = {("train", "trackers"), ("train", "tracker_group"), ("train", "mlflow_uri")}
+
 
 def _flat_configs(runs: list[Run]) -> dict[str, dict]:
-    """{run name: {(section, key): value}} of the runs that have a config (started runs)."""
+    """{run name: {(section, key): value}} of the runs that have a config (started runs), the tracking
+    settings left out."""
     return {
-        r.name: {(sec, k): v for sec, vals in r.config.items() if isinstance(vals, dict) for k, v in vals.items()}
+        r.name: {
+            (sec, k): v
+            for sec, vals in r.config.items()
+            if isinstance(vals, dict)
+            for k, v in vals.items()
+            if (sec, k) not in TRACKING
+        }
         for r in runs
         if r.exists
     }

@@ -26,6 +26,7 @@ SCHEDULES = ("constant", "linear", "cosine", "inv_sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLELS = ("ddp", "fsdp")
 DEVICES = ("auto", "cpu", "cuda")
+TRACKERS = ("tensorboard", "mlflow", "wandb")  # training/trackers.py; mlflow and wandb are optional extras
 
 
 @dataclass
@@ -121,6 +122,23 @@ class TrainConfig:
     activation_checkpointing: bool = setting(
         False, help="recompute each block's activations in the backward pass instead of keeping them"
     )
+    # Where the numbers go besides metrics.jsonl (training/trackers.py); none of these changes what is trained.
+    trackers: list[str] = setting(
+        default_factory=lambda: ["tensorboard"],
+        help="where metrics also go: tensorboard (tb/), mlflow, wandb (offline unless W&B is configured)",
+        choices=TRACKERS,
+        distinct=True,
+    )
+    tracker_group: str | None = setting(
+        None,
+        help="the MLflow experiment and W&B group the run is tracked in",
+        derived="the run directory's name; a sweep's name for its runs",
+    )
+    mlflow_uri: str | None = setting(
+        None,
+        help="the MLflow tracking URI (train.trackers with mlflow)",
+        derived="MLFLOW_TRACKING_URI, else a file store: DIR/mlruns (a sweep's: in its --out)",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.compile, str) and self.compile.lower() in ("true", "false", "1", "0", "yes", "no"):
@@ -203,6 +221,8 @@ def coerce(section: str, key: str, raw: str):
     hint = str(hints[key])
     if raw.lower() in ("none", "null") and "None" in hint:
         return None
+    if hint.startswith("list"):
+        return _list(section, key, raw)
     try:
         words = ("true", "false", "1", "0", "yes", "no")
         if hints[key] is bool or ("bool" in hint and raw.lower() in words):  # bool | str: compile = auto
@@ -216,6 +236,20 @@ def coerce(section: str, key: str, raw: str):
     except ValueError:
         raise UserError(f"--{section}.{key} {raw!r}: expected {hint.replace('typing.', '')}") from None
     return raw
+
+
+def _list(section: str, key: str, raw: str) -> list:
+    """A list option as typed: a TOML (or JSON) array, '["tensorboard", "mlflow"]', or comma-separated words,
+    'tensorboard,mlflow' ('' is the empty list). The items are checked by the field's declaration."""
+    text = raw.strip()
+    if not text.startswith("["):
+        return [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        raise UserError(
+            f'--{section}.{key} {raw!r}: expected a list, as in \'["a", "b"]\' or a,b (comma-separated)'
+        ) from None
 
 
 def parse_overrides(tokens: list[str]) -> dict:
@@ -308,13 +342,19 @@ def to_toml(cfg: RunConfig) -> str:
                 continue
             if isinstance(value, bool):
                 text = "true" if value else "false"
+            elif isinstance(value, list):
+                text = "[" + ", ".join(_toml_string(v) for v in value) + "]"
             elif isinstance(value, (int, float)):
                 text = repr(value)
             else:
-                text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+                text = _toml_string(value)
             lines.append(f"{key} = {text}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _toml_string(value) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def describe_options() -> str:

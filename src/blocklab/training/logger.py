@@ -1,5 +1,5 @@
-"""Where a run's numbers go: metrics.jsonl, TensorBoard, and progress on stderr (a bar on a terminal, plain
-periodic lines otherwise)."""
+"""Where a run's numbers go: metrics.jsonl, the trackers of train.trackers (TensorBoard by default;
+training/trackers.py), and progress on stderr (a bar on a terminal, plain periodic lines otherwise)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from blocklab.probes.gains import gain_values
+from blocklab.training.trackers import Trackers
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:
@@ -41,16 +42,15 @@ class MetricsLogger:
         train_seconds: float,
         enabled: bool = True,
         progress: bool | None = None,
+        trackers: Trackers | None = None,
     ):
         self.enabled = enabled
+        self.trackers = trackers
         self.last_train_seconds = train_seconds  # tokens/s covers training compute only, not eval or checkpoints
         if not enabled:
             return
         truncate_metrics(out / "metrics.jsonl", start)
         self.file = open(out / "metrics.jsonl", "a")
-        from torch.utils.tensorboard import SummaryWriter  # slow import: only on the writing rank
-
-        self.tb = SummaryWriter(str(out / "tb"), purge_step=start + 1 if start else None)
         self.bar = progress_bar(total, start, progress)
 
     def train_row(self, step: int, loss: float, lr: float, state: dict, tokens: int, model) -> dict:
@@ -74,19 +74,20 @@ class MetricsLogger:
             return
         self.file.write(json.dumps(row) + "\n")
         self.file.flush()
-        for key, value in row.items():
-            if key != "step" and isinstance(value, (int, float)):
-                self.tb.add_scalar(key if "/" in key else f"train/{key}", value, row["step"])
+        if self.trackers is not None:
+            self.trackers.log(row)
 
     def advance(self) -> None:
         if self.enabled:
             self.bar.update(1)
 
-    def close(self) -> None:
+    def close(self, summary: dict | None = None, files: list[Path] = ()) -> None:
+        """Close the file and the bar; the trackers get the run's summary (None: the run failed) and `files`."""
         if self.enabled:
             self.bar.close()
-            self.tb.close()
             self.file.close()
+        if self.trackers is not None:
+            self.trackers.finish(summary, files)
 
 
 def progress_bar(total: int, start: int, progress: bool | None):

@@ -23,12 +23,25 @@ from blocklab.errors import UserError
 from blocklab.training.config import RunConfig, TrainConfig, config_differences, load_config
 from blocklab.training.optim import inv_sqrt_scale
 
-RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json", "checkpoints", "tb")
+# trackers.json, mlruns/ and wandb/: the trackers' run ids and their default stores (training/trackers.py).
+RUN_FILES = (
+    "config.toml",
+    "metrics.jsonl",
+    "summary.json",
+    "tokenizer.json",
+    "checkpoints",
+    "tb",
+    "trackers.json",
+    "mlruns",
+    "wandb",
+)
 # Written beside a finished run by a sweep (experiments/stream_probes.py), read by the report.
 STREAM_PROBES = "stream_probes.json"
-# Fields that may change when resuming: how long to train, how often to log, how to fit the batch in
-# memory and whether to stop stalled runs, not what to train. train.parallel fixes the checkpoint format.
-# train.steps has rules of its own (steps_refusal).
+# Where the numbers are tracked besides metrics.jsonl: never what is trained or its results.
+TRACKING = {("train", "trackers"), ("train", "tracker_group"), ("train", "mlflow_uri")}
+# Fields that may change when resuming: how long to train, how often to log, where to track, how to fit the
+# batch in memory and whether to stop stalled runs, not what to train. train.parallel fixes the checkpoint
+# format. train.steps has rules of its own (steps_refusal).
 RESUMABLE_CHANGES = {
     ("train", k)
     for k in (
@@ -42,11 +55,11 @@ RESUMABLE_CHANGES = {
         "stall_patience",
         "stall_margin",
     )
-}
+} | TRACKING
 
 # Fields that change how a run is logged and saved, never its results: a stored run that differs only in
 # them is still the run asked for.
-NO_EFFECT = {("train", "log_every"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")}
+NO_EFFECT = {("train", "log_every"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")} | TRACKING
 
 
 def changed_settings(asked: RunConfig, run_dir: Path) -> list[str]:

@@ -28,6 +28,7 @@ from blocklab.training.stall import stall_detector
 from blocklab.training.stopping import SignalFlag, diverged, divergence_message, interrupted, stall_message
 from blocklab.training.tasks import get_task
 from blocklab.training.throughput import Throughput, flops_per_token, peak_for, peak_memory_mb
+from blocklab.training.trackers import open_trackers, require
 
 __all__ = ["RESUMABLE_CHANGES", "RUN_FILES", "Trainer", "prepare_run_dir", "train"]
 
@@ -46,6 +47,7 @@ class Trainer(StepMixin):
     ):
         self.cfg, self.out, self.log = cfg, Path(out), log
         self.dist = distributed.setup(cfg.train.device)
+        require(cfg.train)  # a tracker's missing package is said now, not after the training
         if self.dist.main:
             prepare_run_dir(cfg, self.out, resume, overwrite)  # before the data: a refusal costs nothing
         self.resume = resume
@@ -183,11 +185,15 @@ class Trainer(StepMixin):
                 f"attention path: {attention_path(self.model, self.dist.device, self.compute_dtype())} "
                 f"(attn_impl={self.cfg.model.attn_impl!r} on {self.dist.device.type})"
             )
-        logger = MetricsLogger(self.out, start, t.steps, self.state["train_seconds"], self.dist.main, self.progress)
+        trackers = open_trackers(self.cfg, self.out, start) if self.dist.main else None
+        logger = MetricsLogger(
+            self.out, start, t.steps, self.state["train_seconds"], self.dist.main, self.progress, trackers
+        )
         window, done, status, extra = [], start, "completed", {}
         self.state["stalled_step"] = None
         wall0 = time.perf_counter() - self.state["wall_seconds"]
         self.model.train()
+        summary = None
         try:
             with SignalFlag() as flag:
                 for step in range(start, t.steps):
@@ -207,10 +213,12 @@ class Trainer(StepMixin):
                         break
                     if done % t.checkpoint_every == 0 or done == t.steps:
                         self.save(done)
+            self.state["wall_seconds"] = time.perf_counter() - wall0
+            summary = self.summary(status, done, {**stall.summary(), **extra})
         finally:
-            logger.close()
-        self.state["wall_seconds"] = time.perf_counter() - wall0
-        return self.summary(status, done, {**stall.summary(), **extra})
+            # After the summary, which the trackers record; without one (an error) they mark the run failed.
+            logger.close(summary, [self.out / "config.toml", self.out / "summary.json"])
+        return summary
 
     def _timed_step(self, step: int) -> float:
         """Train update `step` (0-based) and count its time and tokens; the first loss is the run's initial loss."""
