@@ -83,3 +83,11 @@ def check_gpus(local_rank: int, local_world: int, n_gpus: int) -> None:
             f"torchrun started {max(local_world, local_rank + 1)} processes on this machine but it has "
             f"{n_gpus} GPU(s); use --nproc_per_node={n_gpus}, or --train.device cpu to train on the CPU"
         )
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A batch's tensor on the device: to a GPU from pinned memory without blocking, so the copy overlaps the
+    step the device is still running instead of waiting for it."""
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)

@@ -53,7 +53,9 @@ class StepMixin:
         self.state["last_eval_batches"] = {"loss": means, "tokens": counts}
         return total / max(count, 1)
 
-    def train_step(self, step: int) -> float:
+    def train_step(self, step: int) -> torch.Tensor:
+        """One update; its loss (the global batch's mean) stays on the device, a 0-dim tensor: the step itself
+        never waits for the device (the trainer reads the losses at its logging steps)."""
         t = self.cfg.train
         set_lr(self.optimizer, t.lr * lr_factor(step, t))
         batch = self.batches.train.get(step, self.dist.rank, self.dist.world_size)
@@ -90,7 +92,7 @@ class StepMixin:
         self.scaler.update()
         self.model.after_optimizer_step()  # the block's after_update hook (blocks/hooks.py)
         self.optimizer.zero_grad(set_to_none=True)
-        return (self.dist.sum(total) / n_global).item()
+        return (self.dist.sum(total) / n_global).detach()
 
     def logs_step(self, done: int) -> bool:
         """Whether the step that makes update number `done` (1-based) gets a training row."""

@@ -86,6 +86,7 @@ class Trainer(StepMixin):
         self.optimizer = make_optimizer(self.model, t)
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
         self.grad_norms: dict[str, float] | None = None  # the last step's, on the steps that measure them
+        self.pending: list[torch.Tensor] = []  # the losses of the updates since the last read, on the device
         self._count_checked = False  # Task.loss_count against Task.loss, on the first step
         self.saved_step: int | None = None  # the run's last checkpoint, once one is restored or written
         # The block recipe's applied values travel in the checkpoint's run state: a resumed run loads its
@@ -197,17 +198,26 @@ class Trainer(StepMixin):
         try:
             with SignalFlag() as flag:
                 for step in range(start, t.steps):
-                    loss = self._timed_step(step)
-                    if diverged(loss, self.state["initial_loss"], t.divergence_factor):
-                        status, extra = "diverged", {"diverged_step": step + 1, "diverged_loss": loss}
-                        self.log(divergence_message(step + 1, loss, self.state["initial_loss"], self.saved_step))
+                    # Between reads the losses stay on the device: no host sync (SPEC 6's checks run at the reads).
+                    losses = self._timed_step(step, self.reads_step(step + 1) or self._signalled(flag))
+                    if not losses:
+                        logger.advance()
+                        continue
+                    first = step + 2 - len(losses)
+                    verdict = self._check_losses(first, losses, window, stall)
+                    if verdict is not None and verdict[0] == "diverged":
+                        status, extra = verdict
+                        done = extra["diverged_step"] - 1  # the last good step; nothing later is saved
+                        self.log(
+                            divergence_message(
+                                done + 1, extra["diverged_loss"], self.state["initial_loss"], self.saved_step
+                            )
+                        )
                         break
-                    window.append(loss)
                     done = step + 1
-                    self.state["last_loss"] = loss
                     self.state["wall_seconds"] = time.perf_counter() - wall0
                     self._write_row(logger, done, window)
-                    stop = self._stops(done, loss, flag, stall)
+                    stop = self._stops(done, flag, stall, verdict)
                     if stop:
                         status, extra = stop
                         break
@@ -220,18 +230,49 @@ class Trainer(StepMixin):
             logger.close(summary, [self.out / "config.toml", self.out / "summary.json"])
         return summary
 
-    def _timed_step(self, step: int) -> float:
-        """Train update `step` (0-based) and count its time and tokens; the first loss is the run's initial loss."""
+    def reads_step(self, done: int) -> bool:
+        """Whether the losses are read to the host after update `done` (1-based): where a row is logged, the
+        gradient norms measured, the model evaluated or saved (a checkpoint is only written once every loss
+        before it has been checked), and at the end. Other steps never wait for the device."""
+        t = self.cfg.train
+        return self.measures_grads(done) or self.evaluates_step(done) or done % t.checkpoint_every == 0
+
+    def _signalled(self, flag: SignalFlag) -> bool:
+        # One process reads its flag for free; processes must agree on the step they stop at, which a
+        # collective at each read gives them (stopping.interrupted), so they stop at the next read.
+        return not self.dist.enabled and flag.raised
+
+    def _timed_step(self, step: int, read: bool) -> list[float]:
+        """Train update `step` (0-based) and count its time and tokens. With `read`, the losses of every update
+        since the last read, as floats (the read's wait for the device counts as training time); else []."""
         t0 = time.perf_counter()
-        loss = self.train_step(step)
+        self.pending.append(self.train_step(step))
+        losses = []
+        if read:
+            losses = torch.stack(self.pending).tolist()
+            self.pending.clear()
         dt = time.perf_counter() - t0
         tokens = self.batches.train.tokens_per_step
         self.state["train_seconds"] += dt
         self.throughput.step(dt, tokens)
         self.state["tokens"] += tokens
-        if self.state["initial_loss"] is None:
-            self.state["initial_loss"] = loss
-        return loss
+        return losses
+
+    def _check_losses(self, first: int, losses: list[float], window: list[float], stall) -> tuple[str, dict] | None:
+        """The losses of updates first, first + 1, ... in order: the run's initial loss, the logging window,
+        divergence (("diverged", fields) at the exact step, where the others stop counting) and the stall
+        rule (("stalled", {"stalled_step"}) at the first step it holds)."""
+        found = None
+        for k, loss in enumerate(losses, first):
+            if self.state["initial_loss"] is None:
+                self.state["initial_loss"] = loss
+            if diverged(loss, self.state["initial_loss"], self.cfg.train.divergence_factor):
+                return "diverged", {"diverged_step": k, "diverged_loss": loss}
+            window.append(loss)
+            self.state["last_loss"] = loss
+            if stall.update(k, loss) and found is None:
+                found = "stalled", {"stalled_step": k}
+        return found
 
     def _write_row(self, logger: MetricsLogger, done: int, window: list[float]) -> None:
         """The metrics row of update `done`: training values on logged steps (the mean loss over `window`,
@@ -259,22 +300,23 @@ class Trainer(StepMixin):
             logger.write(row)
         logger.advance()
 
-    def _stops(self, done: int, loss: float, flag: SignalFlag, stall) -> tuple[str, dict] | None:
-        """(status, summary fields) where the run stops after update `done`, its checkpoint saved: a signal
-        to any process, or a stall."""
-        if interrupted(flag, self.dist):
+    def _stops(self, done: int, flag: SignalFlag, stall, verdict) -> tuple[str, dict] | None:
+        """(status, summary fields) where the run stops after update `done` (a read), its checkpoint saved: a
+        signal to any process, or a stall (`verdict`, from the losses just read, with the step it held at)."""
+        if (self.dist.enabled or flag.raised) and interrupted(flag, self.dist):
             self.save(done)
             self.log(
                 f"interrupted at step {done}; checkpoint saved (train: add --resume to continue; compare and "
                 "finetune: run the same command again)"
             )
             return "interrupted", {}
-        if stall.update(done, loss):
-            self.state["stalled_step"] = done
+        if verdict is not None:
+            stalled_step = verdict[1]["stalled_step"]
+            self.state["stalled_step"] = stalled_step
             self.save(done)
             t = self.cfg.train
-            self.log(stall_message(done, t.stall_margin, stall.entropy, t.stall_patience))
-            return "stalled", stall.summary(done)
+            self.log(stall_message(stalled_step, t.stall_margin, stall.entropy, t.stall_patience))
+            return "stalled", stall.summary(stalled_step)
         return None
 
 

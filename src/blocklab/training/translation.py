@@ -22,6 +22,7 @@ import torch
 from blocklab.data.bitext import PairIndex, ParallelCorpus, prepare_parallel
 from blocklab.errors import UserError
 from blocklab.tokens import EOS_ID, IGNORE_INDEX, PAD_ID
+from blocklab.training.distributed import to_device
 
 _TRAIN_ORDER = 7  # the random stream of the training order (data/batches.py uses 0-3)
 
@@ -112,7 +113,7 @@ def make_batches(corpus: ParallelCorpus, data_cfg, train_cfg, log=print):
 def loss_terms(model, batch, device, autocast, label_smoothing: float = 0.0):
     """Summed token loss and token count of a batch (see Task.loss); `label_smoothing` is the
     training objective's (the caller passes 0 at evaluation)."""
-    src, mask, dec, labels = (x.to(device) for x in batch)
+    src, mask, dec, labels = (to_device(x, device) for x in batch)
     with autocast():
         loss_sum = model(
             src,

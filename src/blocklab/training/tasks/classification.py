@@ -18,6 +18,7 @@ from blocklab.data.tokenizer import train_tokenizer
 from blocklab.errors import UserError
 from blocklab.training import pretrained
 from blocklab.training.config import compiles
+from blocklab.training.distributed import to_device
 from blocklab.training.tasks.base import Batches, Task
 
 
@@ -119,7 +120,7 @@ class Classification(Task):
         return model
 
     def loss(self, model, batch, device, autocast):
-        ids, mask, labels = (x.to(device) for x in batch)
+        ids, mask, labels = (to_device(x, device) for x in batch)
         with autocast():
             loss_sum = model(ids, attention_mask=mask, labels=labels, loss_reduction="sum").loss
         return loss_sum, torch.tensor(labels.shape[0], device=device)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from blocklab.data import ClmBatches, Corpus, MlmBatches, prepare
 from blocklab.tokens import IGNORE_INDEX
+from blocklab.training.distributed import to_device
 from blocklab.training.tasks.base import Batches, Task
 
 
@@ -38,7 +39,7 @@ class LanguageModelling(Task):
 
     def loss(self, model, batch, device, autocast):
         # clm: (ids, labels); mlm: (ids, labels, attention mask)
-        ids, labels, *mask = (x.to(device) for x in batch)
+        ids, labels, *mask = (to_device(x, device) for x in batch)
         with autocast():  # the model's chunked loss: no (B, T, V) logits are formed
             loss_sum = model(
                 ids, attention_mask=mask[0] if mask else None, labels=labels, loss_reduction="sum", return_logits=False
