@@ -26,8 +26,6 @@ from blocklab.model import build_model
 from blocklab.training.config import RunConfig
 
 Log = Callable[..., None]
-
-
 Autocast = Callable[[], AbstractContextManager]  # a fresh autocast context for each forward pass
 
 
