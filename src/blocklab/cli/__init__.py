@@ -29,6 +29,7 @@ COMMANDS = {
     "bench": "tokens/s, MFU and peak memory of training steps per block",
     "check": "every attention path against the reference, and their speed, on this machine",
     "export": "write a run's model as a folder Hugging Face transformers loads",
+    "eval": "evaluate a run with the lm-eval harness (its tasks, or blocklab's offline ones)",
 }
 
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer
 
+from blocklab.data.tokenizer import load_tokenizer
 from blocklab.errors import UserError
 from blocklab.model import build_model
 from blocklab.tokens import EOD
@@ -59,7 +59,7 @@ def load_run_step(run: str | Path, device: str = "cpu", step: int | None = None)
     if not (run / "tokenizer.json").is_file():
         raise UserError(f"{run} has no tokenizer.json")
     try:
-        tokenizer = Tokenizer.from_file(str(run / "tokenizer.json"))
+        tokenizer = load_tokenizer(run / "tokenizer.json")  # a literal "<eod>" in a prompt stays text, as in training
     except Exception as e:  # tokenizers raises plain Exceptions on bad files
         raise UserError(f"{run}/tokenizer.json is unreadable: {e}") from None
     ckpt = load_checkpoint(run / "checkpoints", step, fallback=True)
