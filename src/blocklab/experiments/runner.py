@@ -161,6 +161,10 @@ def run_sweep(
         if run_finetunes(sweep.finetune, finals, out, progress, log)["status"] == "interrupted":
             log("sweep interrupted while fine-tuning; run the same command again to continue")
             return {"status": "interrupted", "runs": results, "finals": finals}
+    if sweep.evaluation is not None:
+        from blocklab.experiments.evaluation import run_evals
+
+        run_evals(sweep.evaluation, finals, out, log)
     _note_leftovers(sweep, finals, out, log)
     run_stream_probes(finals, out, log)  # before the verdicts: mHC's claim reads them
     verdicts = compute_verdicts(sweep, out, finals)

@@ -2,6 +2,8 @@
 
 - `final_bleu`: a translation run's BLEU at the end of its schedule (higher is better; a failed run
   scores the cap, 0).
+- `eval:TASK/METRIC`: an evaluation stage's harness score (experiments/evaluation.py) of each completed
+  final run on its exported model; lower or higher is better as the harness says (bits per byte: lower).
 - `finetune:TASK`: a fine-tuning stage's dev score on TASK, one score per pre-training seed: the mean
   over that run's fine-tuning seeds, from its final checkpoint (or the latest of the stage's `steps`).
   The cap is the task's majority-class score: a run whose pre-training failed, or whose fine-tunes
@@ -75,6 +77,30 @@ def _entry(runs: list[RunSpec], scores: list[float | None]) -> dict:
     }
 
 
+def eval_metrics(stage, out: Path, finals_by_group: dict[str, list[RunSpec]]) -> dict:
+    """`eval:TASK/METRIC` entries: the harness's value on each final run's stored evaluation (no cap: a run
+    that did not complete was not evaluated and has no score)."""
+    from blocklab.experiments.evaluation import chosen_metrics, lower_is_better, metric_value, stored_records
+
+    records = stored_records(stage, out, [r for runs in finals_by_group.values() for r in runs])
+    first = next((rec for rec in records.values() if rec), None)
+    if first is None:
+        return {}
+    metrics = {}
+    for task, metric in chosen_metrics(stage, first):
+        metrics[f"eval:{task}/{metric}"] = {
+            "lower_is_better": lower_is_better(first, task, metric),
+            "cap": None,
+            "limit": stage.limit,
+            "groups": {
+                g: _entry(runs, [metric_value(records[r.name], task, metric) for r in runs])
+                for g, runs in finals_by_group.items()
+            },
+            "comparisons": {},
+        }
+    return metrics
+
+
 def secondary_metrics(sweep: Sweep, out: Path, finals_by_group: dict[str, list[RunSpec]], summaries) -> dict:
     """{metric: {"lower_is_better", "cap", "groups": {group: {seeds, scores, mean, sd, ci95}}, "comparisons": {}}}
     for the metrics these groups' final runs have. `summaries(run)` reads a run's summary.json."""
@@ -89,6 +115,8 @@ def secondary_metrics(sweep: Sweep, out: Path, finals_by_group: dict[str, list[R
             },
             "comparisons": {},
         }
+    if sweep.evaluation is not None:
+        metrics.update(eval_metrics(sweep.evaluation, out, finals_by_group))
     stage = sweep.finetune
     if stage is None:
         return metrics

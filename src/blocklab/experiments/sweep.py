@@ -14,6 +14,7 @@ from pathlib import Path
 
 from blocklab.errors import UserError
 from blocklab.experiments.downstream import FinetuneStage, parse_stage
+from blocklab.experiments.evaluation import EvalStage, parse_eval
 from blocklab.experiments.tuning import Tune, parse_sizes, parse_tune, value_text
 from blocklab.registry import block_recipe
 from blocklab.training.config import RunConfig, load_config, read_toml
@@ -104,6 +105,7 @@ class Sweep:
     tunes: dict = field(default_factory=dict)  # experiment name (None: the whole sweep) -> Tune
     sizes: list[dict] = field(default_factory=list)  # dotted overrides, one entry per size
     cli: dict = field(default_factory=dict)  # command-line overrides, applied last
+    evaluation: EvalStage | None = None  # lm-eval on every completed final (clm) run (experiments/evaluation.py)
 
     def tune_of(self, group: GroupSpec) -> Tune | None:
         return self.tunes.get(group.experiment, self.tunes.get(None))
@@ -192,6 +194,7 @@ class Sweep:
             "seeds": self.seeds,
             "reference": self.reference,
             "finetune": self.finetune.to_json() if self.finetune else None,
+            "eval": self.evaluation.to_json() if self.evaluation else None,
             "base": self.base,
             "probes": self.probes,
             "experiments": self.experiments,
@@ -304,6 +307,7 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         "grid_experiment",
         "tune",
         "sizes",
+        "eval",
     }
     unknown = sorted(set(spec) - known)
     if unknown:
@@ -346,6 +350,7 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         tunes,
         parse_sizes(spec.get("sizes")),
         cli,
+        parse_eval(spec.get("eval")),
     )
     target_run = spec.get("target_run")
     names = [g.name for g in groups]
@@ -367,6 +372,12 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         raise UserError(
             f"run {bad.label!r} is a {bad.config.model.task} run; a sweep with [finetune] pre-trains "
             'mlm runs (model.task = "mlm")'
+        )
+    if sweep.evaluation is not None and any(r.config.model.task != "clm" for r in sweep.runs):
+        bad = next(r for r in sweep.runs if r.config.model.task != "clm")
+        raise UserError(
+            f"run {bad.label!r} is a {bad.config.model.task} run; a sweep's [eval] scores causal language models "
+            '(model.task = "clm")'
         )
     return sweep
 

@@ -135,6 +135,21 @@ def results_path(run: Path, settings: dict) -> Path:
     return run / EVAL_DIR / f"results-step-{settings['step']}-{tag}.json"
 
 
+def stored_result(run: str | Path, tasks: str | list[str], limit: int | None, step: int | None = None) -> dict | None:
+    """The stored record of evaluating `run` (its checkpoint of `step`, default the latest) on `tasks` with
+    `limit`, when one with exactly these settings exists; None otherwise (nothing is evaluated here)."""
+    run = Path(run)
+    names = parse_tasks(tasks if isinstance(tasks, str) else ",".join(tasks))
+    try:
+        step, checkpoint = checkpoint_of(run, step)
+    except UserError:
+        return None
+    lm_eval = import_extra("lm_eval", "eval", "reading stored evaluations")
+    settings = settings_of(names, step, limit, checkpoint, lm_eval.__version__)
+    stored = read_json(results_path(run, settings))
+    return stored if stored and {k: stored.get(k) for k in settings} == settings else None
+
+
 def json_safe(value):
     """`value` as JSON: numpy numbers as numbers, tuples as lists, a non-finite float as its name ("nan",
     "inf"), and what JSON cannot hold (functions, objects) left out."""

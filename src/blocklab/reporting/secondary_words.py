@@ -14,6 +14,9 @@ def metric_name(metric: str) -> str:
         return "BLEU"
     if metric.startswith("finetune:"):
         return f"{metric.split(':', 1)[1]} (fine-tuned dev score)"
+    if metric.startswith("eval:"):
+        task, _, name = metric.split(":", 1)[1].partition("/")
+        return f"{task}: {name.replace('_', ' ')} (lm-eval)"
     return metric.replace("_", " ")
 
 
@@ -41,11 +44,18 @@ def secondary_table(exp: dict, tag: str) -> Table | None:
     columns = ["metric", "group", "mean [95% interval] (seeds)", f"against {ref_label}: verdict, difference, p_holm"]
     table = Table(f"secondary-table-{tag}", columns, rows)
     caps = [f"{metric_name(k)} {m['cap']:.3g}" for k, m in metrics.items() if isinstance(m.get("cap"), (int, float))]
+    lower = [metric_name(k) for k, m in metrics.items() if m.get("lower_is_better")]
     table.notes.append(
-        "Higher is better for each of these. Each final run is scored at its group's best value (chosen on the "
+        (
+            "Higher is better for each of these"
+            if not lower
+            else f"Lower is better for {', '.join(lower)}; higher for the others"
+        )
+        + ". Each final run is scored at its group's best value (chosen on the "
         "primary metric); a fine-tuning score is the mean over that run's fine-tuning seeds, one per pre-training "
         "seed. A failed run scores the cap (BLEU: zero; a task: its majority-class score"
         + (f": {', '.join(caps)}" if caps else "")
-        + "). The comparisons share Holm's correction with the primary metric's."
+        + "; an lm-eval score has no cap: a run that did not complete was not evaluated). The comparisons share "
+        "Holm's correction with the primary metric's."
     )
     return table
