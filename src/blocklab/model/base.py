@@ -5,6 +5,8 @@ initialisation (SPEC section 3)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextvars import ContextVar
 
 import torch
 import torch.nn as nn
@@ -13,6 +15,13 @@ from blocklab.blocks import REGISTRY, model_hooks
 from blocklab.config import ModelConfig
 from blocklab.layers import Embedding, InitRule, embedding_init_of, norm_layer, weight_init_of
 from blocklab.model.loss import chunked_cross_entropy
+
+# While set (training/materialise.py), a token model's blocks are made by it (`TokenModel.build_blocks` hands it
+# their constructor and their number) and init_weights leaves the whole initialisation to it: FSDP's build,
+# which keeps the blocks on the meta device until each is sharded, so that no process holds the whole model.
+BLOCK_BUILDER: ContextVar[Callable[[Callable[[int], nn.Module], int], nn.ModuleList] | None] = ContextVar(
+    "block_builder", default=None
+)
 
 
 def sinusoidal(T: int, d: int) -> torch.Tensor:
@@ -36,26 +45,34 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     in the order model.modules() lists them; a token model's block then has its `after_update` hook
     (blocks/hooks.py), so that it starts as it trains, and last its `after_init` hook, once.
     """
+    if BLOCK_BUILDER.get() is not None:
+        return  # a deferred build (training/materialise.py) initialises the model unit by unit, in this order
     for m in model.modules():
-        if isinstance(m, nn.Linear):
-            spec = weight_init_of(m)
-            if spec.rule is InitRule.ZEROS:
-                nn.init.zeros_(m.weight)
-            elif spec.rule is InitRule.XAVIER_NORMAL:
-                nn.init.xavier_normal_(m.weight, gain=spec.gain)
-            elif cfg.init == "normal" and spec.rule is InitRule.CONFIG:
-                nn.init.normal_(m.weight, std=0.02)
-            else:  # the config's Xavier-uniform, or one the module declares under either init
-                nn.init.xavier_uniform_(m.weight, gain=spec.gain)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            own = embedding_init_of(m)
-            std = own.std if own is not None else 0.02 if cfg.init == "normal" else cfg.d_model**-0.5
-            nn.init.normal_(m.weight, std=std)
+        init_module(m, cfg)
     if isinstance(model, TokenModel):
         model.after_optimizer_step()
         model.block_hooks.after_init(model)  # last: it reads the model as initialised (Admin's profiling)
+
+
+@torch.no_grad()
+def init_module(m: nn.Module, cfg: ModelConfig) -> None:
+    """One module's start under init_weights (a Linear's or an Embedding's; any other module has none of its own)."""
+    if isinstance(m, nn.Linear):
+        spec = weight_init_of(m)
+        if spec.rule is InitRule.ZEROS:
+            nn.init.zeros_(m.weight)
+        elif spec.rule is InitRule.XAVIER_NORMAL:
+            nn.init.xavier_normal_(m.weight, gain=spec.gain)
+        elif cfg.init == "normal" and spec.rule is InitRule.CONFIG:
+            nn.init.normal_(m.weight, std=0.02)
+        else:  # the config's Xavier-uniform, or one the module declares under either init
+            nn.init.xavier_uniform_(m.weight, gain=spec.gain)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.Embedding):
+        own = embedding_init_of(m)
+        std = own.std if own is not None else 0.02 if cfg.init == "normal" else cfg.d_model**-0.5
+        nn.init.normal_(m.weight, std=std)
 
 
 def check_ids(input_ids: torch.Tensor) -> None:
@@ -79,7 +96,7 @@ def lm_head_params(block: str) -> tuple[str, ...]:
 
 class TokenModel(nn.Module):
     """Base of both models. A subclass builds, in this order (the order the modules are made in is the
-    order `init_weights` draws their values in): `embeddings(cfg, *positions)`, its blocks and norms,
+    order `init_weights` draws their values in): `embeddings(cfg, *positions)`, its blocks (`build_blocks`) and norms,
     `output_head(cfg)`, then calls `init_weights(self, cfg)`.
 
     Parameter names (checkpoints rely on them): `tok` (the token embedding, shared by every input and,
@@ -131,8 +148,13 @@ class TokenModel(nn.Module):
         decoder-only model, built in this order (the order init_weights draws in)."""
         spec = REGISTRY[cfg.block]
         self.embeddings(cfg, "pos")
-        self.blocks = nn.ModuleList(spec.cls(cfg, i) for i in range(cfg.n_layers))
+        self.blocks = self.build_blocks(lambda i: spec.cls(cfg, i), cfg.n_layers)
         self.final_norm = norm_layer(cfg) if spec.final_norm else nn.Identity()
+
+    def build_blocks(self, make: Callable[[int], nn.Module], n: int) -> nn.ModuleList:
+        """The blocks make(0) .. make(n - 1), in this order; a BLOCK_BUILDER, while one is set, makes them."""
+        builder = BLOCK_BUILDER.get()
+        return nn.ModuleList(make(i) for i in range(n)) if builder is None else builder(make, n)
 
     def encode(self, input_ids: torch.Tensor, attention_mask=None, output_hidden_states: bool = False):
         """(final-normed hidden states (B, T, d), every block's output when asked) of encoder_stack."""

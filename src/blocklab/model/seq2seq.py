@@ -56,7 +56,7 @@ class Seq2Seq(TokenModel):
         spec = REGISTRY[cfg.block]
         self.embeddings(cfg, "src_pos", "tgt_pos")  # `tok` is shared by source, target and (tied) output head
         self.drop = Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(spec.cls(cfg, i) for i in range(cfg.n_layers))
+        self.blocks = self.build_blocks(lambda i: spec.cls(cfg, i), cfg.n_layers)
         self.decoder_blocks = nn.ModuleList(spec.decoder(cfg, i) for i in range(self.n_decoder_layers))
         norm = (lambda: norm_layer(cfg)) if spec.final_norm else nn.Identity
         self.encoder_norm, self.decoder_norm = norm(), norm()

@@ -25,6 +25,7 @@ OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("constant", "linear", "cosine", "inv_sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLELS = ("ddp", "fsdp")
+GRAD_SYNCS = ("every", "last")  # train.fsdp_grad_sync
 DEVICES = ("auto", "cpu", "cuda")
 TRACKERS = ("tensorboard", "mlflow", "wandb")  # training/trackers.py; mlflow and wandb are optional extras
 
@@ -121,6 +122,16 @@ class TrainConfig:
     )
     activation_checkpointing: bool = setting(
         False, help="recompute each block's activations in the backward pass instead of keeping them"
+    )
+    # benchmarks/fsdp_memory.py (benchmarks/RESULTS.md, "CPU: FSDP's memory and gradient sync"): "every" saved
+    # what it must, (1 - 1/N) x 4 bytes per parameter (28 MiB per process of 622 at 17M parameters, 134 of 1249
+    # at 76M; 2 processes), and cost a reduce-scatter per micro-batch: 46% and 70% more time per step. Hence
+    # "last", unless the whole gradients do not fit. DDP and one process ignore it: DDP reduces at the last.
+    fsdp_grad_sync: str = setting(
+        "last",
+        help="parallel=fsdp with grad_accum > 1: reduce-scatter the gradients after every micro-batch (every: "
+        "sharded, less memory) or only after the last (last: whole until then, as DDP; faster)",
+        choices=GRAD_SYNCS,
     )
     # Where the numbers go besides metrics.jsonl (training/trackers.py); none of these changes what is trained.
     trackers: list[str] = setting(

@@ -1,5 +1,6 @@
-"""Scale-out on PyTorch's own engine (SPEC section 6): DDP or FSDP2 under torchrun, the gradient
-sync that gradient accumulation skips, and per-block activation checkpointing.
+"""Scale-out on PyTorch's own engine (SPEC section 6): DDP or FSDP2 under torchrun (FSDP's blocks built one at
+a time as they are sharded: training/materialise.py), the gradient sync that gradient accumulation skips
+(train.fsdp_grad_sync), and per-block activation checkpointing.
 
 Order of application (torchtitan's): activation checkpointing, then the regional compile of each
 block, then the data-parallel wrapper, then the optimizer (FSDP replaces the parameters by sharded
@@ -10,13 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 
 import torch
 import torch.nn as nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 from torch.utils.checkpoint import checkpoint
 
+from blocklab.training import materialise
 from blocklab.training.distributed import Dist
+
+# The FSDP models that reduce-scatter their gradients after every micro-batch (train.fsdp_grad_sync="every").
+SYNC_EVERY: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
 def all_blocks(model: nn.Module) -> list[nn.Module]:
@@ -44,8 +50,10 @@ def mixed_precision(precision: str) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy()
 
 
-def shard(model: nn.Module, precision: str) -> nn.Module:
-    """FSDP2 in place: one unit per encoder block, and the root (embeddings, head, final norm).
+def shard(model: nn.Module, precision: str, grad_sync: str = "last") -> nn.Module:
+    """FSDP2 in place: one unit per encoder block, and the root (embeddings, head, final norm). A block that
+    training/materialise.py's `build` left on the meta device is built (on the CPU) just before it is sharded, so
+    that one block at a time is whole. `grad_sync`: train.fsdp_grad_sync (`gradient_sync`).
 
     A translation model's decoder blocks belong to the root's unit: decoding reads their cross-attention
     keys and values and runs them step by step outside their `forward`, where a block of its own would
@@ -53,10 +61,13 @@ def shard(model: nn.Module, precision: str) -> nn.Module:
     (the BLEU evaluation decodes during training).
     """
     for block in model.blocks:
+        materialise.realise(model, block)
         fully_shard(block, mp_policy=mixed_precision(precision))
     fully_shard(model)  # the embeddings stay fp32, so the residual stream is fp32 as under autocast
     if hasattr(model, "generate"):
         register_fsdp_forward_method(model, "generate")
+    if grad_sync == "every":
+        SYNC_EVERY.add(model)
     return model
 
 
@@ -74,13 +85,13 @@ def scalars_as_vectors(model: nn.Module) -> list[str]:
     return names
 
 
-def wrap(model: nn.Module, dist: Dist, parallel: str, precision: str) -> nn.Module:
+def wrap(model: nn.Module, dist: Dist, parallel: str, precision: str, grad_sync: str = "last") -> nn.Module:
     """What the training step calls: the model itself in one process, DDP's wrapper, or (FSDP, in
     place) the sharded model."""
     if not dist.enabled:
         return model
     if parallel == "fsdp":
-        return shard(model, precision)
+        return shard(model, precision, grad_sync)
     ids = [dist.device.index] if dist.device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
@@ -91,11 +102,13 @@ def is_sharded(model: nn.Module) -> bool:
 
 def gradient_sync(forward: nn.Module, sync: bool):
     """A context for one micro-batch's backward: the gradients are reduced across the processes only
-    when `sync` (the last micro-batch); before it each process accumulates its own."""
+    when `sync` (the last micro-batch); before it each process accumulates its own, whole (DDP, and FSDP
+    with train.fsdp_grad_sync="last"). FSDP with "every" reduce-scatters every micro-batch's gradients and
+    accumulates its shard of them."""
     if isinstance(forward, nn.parallel.DistributedDataParallel) and not sync:
         return forward.no_sync()
     if hasattr(forward, "set_requires_gradient_sync"):  # an FSDPModule
-        forward.set_requires_gradient_sync(sync)
+        forward.set_requires_gradient_sync(sync or forward in SYNC_EVERY)
     return contextlib.nullcontext()
 
 

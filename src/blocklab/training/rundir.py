@@ -51,6 +51,7 @@ RESUMABLE_CHANGES = {
         "checkpoint_every",
         "eval_batches",
         "grad_accum",
+        "fsdp_grad_sync",
         "activation_checkpointing",
         "stall_patience",
         "stall_margin",

@@ -17,7 +17,7 @@ from blocklab.attention.modules import attention_path
 from blocklab.bench.machine import run_machine
 from blocklab.errors import UserError
 from blocklab.model import count_parameters
-from blocklab.training import distributed, parallel
+from blocklab.training import distributed, materialise, parallel
 from blocklab.training.config import RunConfig, compiles, describe_recipe, to_toml
 from blocklab.training.logger import MetricsLogger, grad_values
 from blocklab.training.loop import StepMixin
@@ -71,8 +71,11 @@ class Trainer(StepMixin):
                 f"train.grad_accum={t.grad_accum} equal micro-batches"
             )
         torch.manual_seed(t.seed)
-        self.model = self.task.build_model()
-        if not (t.parallel == "fsdp" and self.dist.enabled):
+        fsdp = t.parallel == "fsdp" and self.dist.enabled
+        # FSDP: the blocks stay on the meta device until each is sharded, with the one-process build's values
+        # (training/materialise.py); a fine-tuning run reads the whole pre-trained checkpoint anyway.
+        self.model = materialise.build(self.task.build_model) if fsdp and not t.init_from else self.task.build_model()
+        if not fsdp:
             self.model = self.model.to(dev)  # FSDP moves each unit to the device as it shards it, one at a time
         if t.activation_checkpointing:
             parallel.checkpoint_activations(self.model)
@@ -81,7 +84,7 @@ class Trainer(StepMixin):
             self.task.compile(self.model)
         # The fsdp format holds the scalar gains as 1-element vectors, in one process as in several.
         self.scalar_params = parallel.scalars_as_vectors(self.model) if t.parallel == "fsdp" else []
-        self.forward = parallel.wrap(self.model, self.dist, t.parallel, t.precision)
+        self.forward = parallel.wrap(self.model, self.dist, t.parallel, t.precision, t.fsdp_grad_sync)
         self.sharded = parallel.is_sharded(self.model)  # FSDP: every process takes part in norms and saves
         self.optimizer = make_optimizer(self.model, t)
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
