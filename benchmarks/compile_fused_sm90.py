@@ -33,6 +33,8 @@ ROLES = {
     "Q": "q",
     "K": "q",
     "V": "v",
+    "VQ": "q",
+    "DOQ": "q",
     "ATT": "q",
     "DK": "q",
     "DQ": "q",
@@ -49,6 +51,9 @@ ROLES = {
     "DBETA": "f32",
     "DALPHA": "f32",
     "DGAMMA": "f32",
+    "VSUM": "f32",
+    "GPART": "f32",
+    "GSUF": "f32",
 }
 CONSTEXPR = {"D", "BD", "QK_SCALE", "SM_SCALE", "CAUSAL", "HAS_MASK", "HAS_GAMMA", "BM", "BN"}
 
@@ -72,7 +77,7 @@ def signature(fn, types, has_mask):
 def integer_values(H, T, D):
     """The runtime integers the launcher passes at this shape: (B, T, H, D) views and (B, T) masks."""
     vals = {"H": H, "T": T, "T_BUCKET": triton.next_power_of_2(T), "NT": triton.cdiv(T, fk.ROW_TILE), "skmb": T}
-    for p in ("sq", "sk", "sv", "sdo", "sdq", "sdk", "sdv"):
+    for p in ("sq", "sk", "sv", "svq", "sdo", "sdq", "sdk", "sdv"):
         vals.update({p + "b": T * H * D, p + "h": D, p + "t": H * D})
     return vals
 

@@ -5,6 +5,11 @@ out_h = (alpha_h I + beta_h A_h - gamma_h C) V_h, computed by the Triton kernels
 (B, H, T, d_h) views that `split_heads` makes in place (any strides with a unit last stride) and
 writes its output and gradients in the merged (B, T, H, d_h) layout, so neither side copies.
 
+Besides the kernels, the launcher does the O(T d) preparation that is plain tensor algebra (kernel
+v3): V cast once to the dots' dtype, and running sums over chunks of `fk.CHUNK` rows, of V's rows
+(forward) and of the row pass's dO / count (backward), from which the kernels' epilogues form the
+centring term C V and its gradient C^T dO as cumulative means.
+
 On CUDA it is a `triton_op`: torch.compile sees the kernels, traces a block with
 `fullgraph=True` and no graph break, and autotunes them with the rest of the graph. Under Triton's
 CPU interpreter (tests) the same function is an opaque `custom_op` with a fake implementation,
@@ -52,6 +57,35 @@ def _meta(q: Tensor, key_mask: Tensor | None) -> dict:
     )
 
 
+def _as_dot_operand(x: Tensor, like: Tensor) -> Tensor:
+    """x in the dtype of the kernels' dots (q's): one O(T d) cast, so that the O(T^2) loops load 16-bit
+    tiles where autocast hands over an fp32 V (Norm(x)) or the fp32 gradient of an fp32 output."""
+    return x if x.dtype == like.dtype else x.to(like.dtype)
+
+
+def _chunk_sums(v: Tensor, key_mask: Tensor | None) -> Tensor:
+    """(B*H, NC, D) fp32, NC = ceil(T / CHUNK): the sums of V's unmasked rows over each chunk of CHUNK rows."""
+    B, H, T, D = v.shape
+    if key_mask is not None:
+        v = v * key_mask[:, None, :, None].to(v.dtype)  # exact: a 0/1 factor
+    n = T // fk.CHUNK * fk.CHUNK
+    parts = []
+    if n:
+        parts.append(v[:, :, :n].unflatten(2, (n // fk.CHUNK, fk.CHUNK)).sum(3, dtype=torch.float32))
+    if n < T:
+        parts.append(v[:, :, n:].sum(2, keepdim=True, dtype=torch.float32))
+    return (torch.cat(parts, 2) if len(parts) > 1 else parts[0]).reshape(B * H, -1, D)
+
+
+def _running_sums(chunks: Tensor) -> Tensor:
+    """(B*H, NC, D) chunk sums -> (B*H, NC + 1, D): row r is the sum of the first r chunks (row 0 none, row
+    NC all of them). Of V's chunks (forward): the rows before row r * CHUNK, to which `fwd` adds a query
+    tile's own running sum (C V, causal), or all rows (row NC, bidirectional). Of the row pass's chunks of
+    dO / count, which it stores last chunk first (backward): the rows from row (NC - r) * CHUNK on, to which
+    `bwd_dkdv` adds a key tile's own reverse running sum (C^T dO, causal), or all rows (row NC)."""
+    return torch.nn.functional.pad(chunks.cumsum(1), (0, 0, 1, 0)).contiguous()  # the kernels index it flat
+
+
 def _forward_impl(
     q: Tensor,
     k: Tensor,
@@ -71,11 +105,15 @@ def _forward_impl(
     att = q.new_empty(B, T, H, D)
     lse = q.new_empty(B, H, T, dtype=torch.float32)
     km, cnt = (key_mask, counts) if key_mask is not None else (lse, lse)  # unread placeholders
+    vq = _as_dot_operand(v, q)
+    vsum = _running_sums(_chunk_sums(v, key_mask)) if gamma is not None else lse
     grid = lambda meta: (triton.cdiv(T, meta["BM"]), B * H)  # noqa: E731
     wrap_triton(fk.fwd)[grid](
         q,
         k,
         v,
+        vq,
+        vsum,
         km,
         cnt,
         alpha,
@@ -87,6 +125,7 @@ def _forward_impl(
         *q.stride()[:3],
         *k.stride()[:3],
         *v.stride()[:3],
+        *vq.stride()[:3],
         m["skmb"],
         H,
         T,
@@ -119,12 +158,38 @@ def _backward_impl(
     B, H, T, D = m["B"], m["H"], m["T"], m["D"]
     km, cnt = (key_mask, counts) if key_mask is not None else (lse, lse)
     flags = dict(CAUSAL=causal, HAS_MASK=key_mask is not None, HAS_GAMMA=gamma is not None)
+    vq = _as_dot_operand(v, q)
+    doq = dout  # dO in the dots' dtype, written by the row pass where it differs, with dO's strides
+    if dout.dtype != q.dtype:
+        doq = torch.empty_like(dout, dtype=q.dtype)
+        if doq.stride() != dout.stride():  # dO not dense: give both one layout
+            dout = dout.contiguous()
+            doq = torch.empty_like(dout, dtype=q.dtype)
     n_rows = triton.cdiv(T, fk.ROW_TILE)
     delta = torch.empty_like(lse)
     d_beta = lse.new_empty(B * H, n_rows)
+    g_parts = lse.new_empty(B * H, triton.cdiv(T, fk.CHUNK), D) if gamma is not None else lse
     wrap_triton(fk.bwd_rows)[(n_rows, B * H)](
-        dout, att, beta, delta, d_beta, *dout.stride()[:3], H, T, n_rows, D=D, BD=m["BD"], BM=fk.ROW_TILE
+        dout,
+        doq,
+        att,
+        km,
+        cnt,
+        beta,
+        delta,
+        d_beta,
+        g_parts,
+        *dout.stride()[:3],
+        m["skmb"],
+        H,
+        T,
+        n_rows,
+        D=D,
+        BD=m["BD"],
+        BM=fk.ROW_TILE,
+        **flags,
     )
+    g_suffix = _running_sums(g_parts) if gamma is not None else lse
     # Per key row, every row written by whichever tile size runs (see bwd_dkdv): never stale.
     d_alpha = lse.new_empty(B * H, T)
     d_gamma = lse.new_zeros(B * H, T) if gamma is None else lse.new_empty(B * H, T)
@@ -134,11 +199,14 @@ def _backward_impl(
         q,
         k,
         v,
+        vq,
         km,
         cnt,
         dout,
+        doq,
         lse,
         delta,
+        g_suffix,
         alpha,
         beta,
         gc,
@@ -149,6 +217,7 @@ def _backward_impl(
         *q.stride()[:3],
         *k.stride()[:3],
         *v.stride()[:3],
+        *vq.stride()[:3],
         *dout.stride()[:3],
         m["skmb"],
         *dk.stride()[:3],
@@ -165,17 +234,17 @@ def _backward_impl(
     wrap_triton(fk.bwd_dq)[lambda meta: (triton.cdiv(T, meta["BM"]), B * H)](
         q,
         k,
-        v,
+        vq,
         km,
-        dout,
+        doq,
         lse,
         delta,
         beta,
         dq,
         *q.stride()[:3],
         *k.stride()[:3],
-        *v.stride()[:3],
-        *dout.stride()[:3],
+        *vq.stride()[:3],
+        *doq.stride()[:3],
         m["skmb"],
         *dq.stride()[:3],
         H,
