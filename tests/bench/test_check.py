@@ -118,10 +118,10 @@ def test_auto_warns_when_another_correct_path_is_faster():
         "materialized": {"kind": "shaped", "status": "correct", "speed": speed(5.0)},
         "mha-sdpa": {"kind": "softmax", "status": "correct", "speed": speed(1.0)},
     }
-    line, warns = check._auto_line("cpu", paths, [32])
+    line, warns = check.auto_line("cpu", paths, [32])
     assert warns and "slower than materialized at T=32 (2.00x)" in line
     paths["materialized"]["speed"] = speed(9.5)  # within 10%: no warning
-    assert check._auto_line("cpu", paths, [32])[1] is False
+    assert check.auto_line("cpu", paths, [32])[1] is False
 
 
 # The command: exit status, stdout/stderr, refusals.

@@ -38,7 +38,9 @@ def test_the_verdicts_compare_the_groups_on_the_harness_metric(tmp_path, overrid
     for group, entry in m["groups"].items():
         assert entry["seeds"] == [0, 1]
         for seed, score in zip(entry["seeds"], entry["scores"]):
-            stored = [json.loads(p.read_text()) for p in (out / "runs" / f"{group}_s{seed}" / "eval").glob("results-*.json")]
+            stored = [
+                json.loads(p.read_text()) for p in (out / "runs" / f"{group}_s{seed}" / "eval").glob("results-*.json")
+            ]
             assert len(stored) == 1 and score == metric_value(stored[0], "blocklab_val_bpb", "bits_per_byte")
             assert 0 < score < 20
     c = m["comparisons"]["sas-p"]

@@ -3,8 +3,11 @@
 Correctness: forward output and the gradients of q, k, v and the gains, against the materialised
 formula in float64 on the same input values, in each of the device's dtypes, causal and
 bidirectional with right padding, at a T below one kernel tile and one spanning several.
-Speed: forward + backward at the paper's T=128 and at T=1024, 4096, in the device's fast dtype.
-A path that cannot run here is reported unavailable with the reason, never as a crash.
+Speed: forward + backward at the paper's T=128 and at T=1024, 4096, in the device's fast dtype, and
+each shaped path's time over plain causal SDPA's at the same shape (the yardstick: what attention
+without shaping costs). The recommendation names the fastest correct shaped path per range of T.
+A path that cannot run here is reported unavailable with the reason, never as a crash; a backend with
+no kernel for some inputs (dtype, mask) is checked on the others and the skipped cases are named.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch.nn.attention import SDPBackend
 
-from blocklab.bench.check_paths import PATHS, make_inputs, reference
+from blocklab.bench import check_paths
+from blocklab.bench.check_paths import PATHS, SDPA_BACKENDS, YARDSTICK, compile_settings, make_inputs, reference
+from blocklab.bench.check_report import auto_line, failure_text, path_verdict, recommend, unsupported_note
 from blocklab.bench.machine import available_memory, describe, machine_info
 from blocklab.bench.timing import time_step
 
-SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 GRAD_NAMES = ("q", "k", "v", "alpha", "beta", "gamma")
 CASES = (("causal", True, False), ("padded", False, True))  # (name, causal, right padding)
 CHECK_T = (17, 300)
@@ -34,6 +39,14 @@ SPEED_D = 64
 # the small T only, and not timed.
 INTERPRETER_MAX_T = 64
 INTERPRETER_NOTE = f"Triton interpreter: checked in float32 at T <= {INTERPRETER_MAX_T} only, not timed"
+# The compiled competitors are checked at the largest check T only (causal and padded): the sub-tile T
+# exists for the fused kernel's tiling, while they run PyTorch's SDPA kernels (checked at both T on the
+# sdpa path) and an elementwise and running-sum epilogue, which goes wrong at long T if anywhere. Each
+# input signature costs a compile: seconds on CUDA, 5-30 s on CPU (inductor builds C++, ~5 files per
+# forward + backward). So on CPU they are checked in the timed dtype only (fp32; the sdpa path checks
+# CPU bf16) and timed at T <= COMPILED_CPU_MAX_T, where the timing batch is >= 2 and the dynamic graph
+# the check compiled serves (check_paths): 2 graphs per backend, the graphs it times.
+COMPILED_CPU_MAX_T = 512
 # B x H x T x T elements times this many bytes: a generous peak of the materialised forward +
 # backward (scores, probabilities, the fp32 mix of I, A and C, its bf16 copy, their gradients).
 TT_BYTES_PER_ELEMENT = 32
@@ -85,6 +98,11 @@ def _autocast(device: str, dtype: torch.dtype):
 def _check_case(path, device: str, dtype, T: int, case, seed: int) -> dict:
     name, causal, padded = case
     inputs = make_inputs(CHECK_SHAPE["B"], CHECK_SHAPE["H"], T, CHECK_SHAPE["D"], dtype, device, padded, seed)
+    rec = {"dtype": str(dtype).removeprefix("torch."), "T": T, "case": name}
+    if path.supports is not None:
+        why = path.supports(torch.device(device), dtype, T, CHECK_SHAPE["D"], causal, inputs.key_mask)
+        if why is not None:
+            return dict(rec, skipped=why, ok=True)
     ref, ref_leaves = reference(path.kind, inputs, causal)
     grad_out = torch.randn(ref.shape, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
     grad_out = grad_out.to(device)
@@ -97,9 +115,7 @@ def _check_case(path, device: str, dtype, T: int, case, seed: int) -> dict:
     errs.update((f"grad {n}", rel_err(g, r)) for n, g, r in zip(GRAD_NAMES, grads, ref_grads))
     worst = max(errs, key=lambda k: errs[k] if math.isfinite(errs[k]) else math.inf)
     return {
-        "dtype": str(dtype).removeprefix("torch."),
-        "T": T,
-        "case": name,
+        **rec,
         "tol": tol,
         "errors": errs,
         "worst": worst,
@@ -120,6 +136,9 @@ def check_correctness(path, device: str, dtypes, check_T, progress) -> dict:
                     raised = f"raised {type(e).__name__}: {_first_line(e)} ({where})"
                     return {"ok": False, "records": records, "raised": raised}
                 records.append(rec)
+                if "skipped" in rec:
+                    progress(f"{path.name}: {rec['dtype']} T={T} {case[0]}: skipped, {rec['skipped']}")
+                    continue
                 progress(
                     f"{path.name}: {rec['dtype']} T={T} {case[0]}: "
                     f"worst {rec['worst']} {rec['errors'][rec['worst']]:.1e} (tol {rec['tol']:g})"
@@ -147,6 +166,10 @@ def time_paths(paths, device: str, T: int, reps: int, warmup: int, progress) -> 
     for path in paths:
         need = B * H * T * T * TT_BYTES_PER_ELEMENT
         free = available_memory(device)
+        why = path.supports and path.supports(torch.device(device), dtype, T, SPEED_D, True, None)
+        if why:
+            result[path.name] = {"skipped": "no kernel", "reason": why}
+            continue
         if path.tt_matrix and free is not None and need > 0.6 * free:
             result[path.name] = {"skipped": "memory", "need_bytes": need}
             continue
@@ -183,81 +206,46 @@ def time_paths(paths, device: str, T: int, reps: int, warmup: int, progress) -> 
             f"{n} {r['ms']:.2f} ms" if "ms" in r else f"{n} skipped ({r['skipped']})" for n, r in result.items()
         )
     )
-    return {"B": B, "H": H, "D": SPEED_D, "dtype": str(dtype).removeprefix("torch."), "paths": result}
+    return {
+        "B": B,
+        "H": H,
+        "D": SPEED_D,
+        "dtype": str(dtype).removeprefix("torch."),
+        "sdpa_backend": _sdpa_choice(inputs.args("softmax")),
+        "paths": result,
+    }
+
+
+def _sdpa_choice(qkv) -> str | None:
+    """The backend SDPA's own dispatch picks for causal q, k, v like these (the yardstick runs it)."""
+    try:
+        picked = SDPBackend(torch._fused_sdp_choice(*(t.detach() for t in qkv), is_causal=True))
+        return next((name for name, b in SDPA_BACKENDS.items() if b == picked), picked.name.lower())
+    except Exception:  # a private function: absent or changed in another PyTorch
+        return None
 
 
 def max_errors(records: list[dict]) -> dict:
-    """{dtype: {"fwd": worst output error, "grads": worst gradient error}} over a path's cases."""
+    """{dtype: {"fwd": worst output error, "grads": worst gradient error}} over a path's checked cases."""
     out: dict[str, dict] = {}
     for r in records:
+        if "skipped" in r:
+            continue
         e = out.setdefault(r["dtype"], {"fwd": 0.0, "grads": 0.0})
         e["fwd"] = max(e["fwd"], r["errors"]["out"])
         e["grads"] = max([e["grads"]] + [v for k, v in r["errors"].items() if k != "out"])
     return out
 
 
-def _badness(rec: dict) -> float:
-    err = rec["errors"][rec["worst"]]
-    return err / rec["tol"] if math.isfinite(err) else math.inf
-
-
-def _failure(res: dict) -> str:
-    """The worst failing case of a path (error over tolerance), in one line."""
-    bad = max((r for r in res["records"] if not r["ok"]), key=_badness, default=None)
-    if bad is None:
-        return res["raised"]
-    err = bad["errors"][bad["worst"]]
-    return f"{bad['worst']} rel err {err:.2g} > {bad['tol']:g} ({bad['dtype']}, T={bad['T']}, {bad['case']})"
-
-
-def _verdict(name: str, entry: dict, shapes, baseline: str) -> str:
-    if entry["status"] == "unavailable":
-        return f"{name}: unavailable: {entry['reason']}"
-    if entry["status"] == "wrong":
-        return f"{name}: WRONG: {entry['reason']}"
-    speeds = []
-    for T in shapes:
-        s = entry["speed"].get(str(T), {})
-        speeds.append(
-            f"T={T} "
-            + (f"{s['speedup']:.2f}x" if "speedup" in s else f"skipped ({s.get('skipped', 'baseline not timed')})")
-        )
-    errs = "; ".join(
-        f"{SHORT.get(dt, dt)} fwd {e['fwd']:.0e} grads {e['grads']:.0e}" for dt, e in entry["max_err"].items()
-    )
-    speed = "speed is the baseline" if name == baseline else f"speed vs {baseline}: " + ", ".join(speeds)
-    return f"{name}: correct (max rel err {errs}), {entry.get('note', speed)}"
-
-
-def _auto_line(device: str, paths: dict, shapes) -> tuple[str, bool]:
-    """Which path attn_impl="auto" runs here, and a warning when it is wrong, missing or slower."""
-    from blocklab.attention.modules import resolve_impl
-
-    # The timed shapes are bf16, the precision "auto" is measured for; fp32 keeps sdpa (resolve_impl).
-    auto = resolve_impl("auto", torch.device(device), torch.bfloat16)
-    head = f'attn_impl="auto" on {device} (bf16) runs {auto}'
-    entry = paths.get(auto)
-    if entry is None:
-        return f"{head} (not checked)", False
-    if entry["status"] != "correct":
-        return f"{head}: WARNING: that path is {entry['status'].upper()} here", True
-    faster = []
-    for other, e in paths.items():
-        if other == auto or e["kind"] != "shaped" or e["status"] != "correct":
-            continue
-        for T in shapes:
-            mine, theirs = entry["speed"].get(str(T), {}), e["speed"].get(str(T), {})
-            if "ms" in mine and "ms" in theirs and theirs["ms"] < mine["ms"] / 1.1:
-                faster.append(f"{other} at T={T} ({mine['ms'] / theirs['ms']:.2f}x)")
-    if faster:
-        return f"{head}: WARNING: slower than " + ", ".join(faster), True
-    return f"{head}: correct, and no correct shaped path is more than 10% faster at any timed shape", False
-
-
 def _check_one(path, device: str, dtypes, check_T, shapes, progress) -> dict:
     """One path's correctness entry (status, reason, errors); its speed is filled in by run_check."""
-    entry = {"kind": path.kind, "baseline": path.baseline, "speed": {}}
-    reason = path.unavailable(torch.device(device))
+    entry = {"kind": path.kind, "baseline": path.baseline, "speed": {}, "impl": path.impl, "backend": path.backend}
+    if path.compiled:
+        entry["compiled"] = True
+    dev = torch.device(device)
+    reason = path.unavailable(dev)
+    if reason is None and path.supports is not None:  # no kernel for the timed case: nothing to compare
+        reason = path.supports(dev, fast_dtype(device), min(shapes or check_T), SPEED_D, True, None)
     if reason is not None:
         return dict(entry, status="unavailable", reason=reason)
     t0 = time.perf_counter()
@@ -265,16 +253,26 @@ def _check_one(path, device: str, dtypes, check_T, shapes, progress) -> dict:
         Ts = [T for T in check_T if T <= INTERPRETER_MAX_T] or [min(check_T)]
         res = check_correctness(path, device, [torch.float32], Ts, progress)
         entry.update(note=INTERPRETER_NOTE, speed={str(T): {"skipped": "interpreter"} for T in shapes})
+    elif path.compiled:
+        res = check_correctness(
+            path, device, dtypes if device != "cpu" else [fast_dtype(device)], [max(check_T)], progress
+        )
+        if device == "cpu":
+            skip = {"skipped": f"cpu, T>{COMPILED_CPU_MAX_T}"}
+            entry["speed"] = {str(T): dict(skip) for T in shapes if T > COMPILED_CPU_MAX_T}
     else:
         res = check_correctness(path, device, dtypes, check_T, progress)
     entry.update(
         check_s=time.perf_counter() - t0,  # kernel compilation included
         correctness=res,
         max_err=max_errors(res["records"]),
+        unsupported=unsupported_note(res["records"]),
         status="correct" if res["ok"] else "wrong",
     )
     if not res["ok"]:
-        entry["reason"] = _failure(res)
+        entry["reason"] = failure_text(res)
+    elif not entry["max_err"]:
+        entry.update(status="unavailable", reason=f"no kernel for any checked case: {entry['unsupported']}")
     return entry
 
 
@@ -287,29 +285,38 @@ def run_check(
     warmup: int | None = None,
     check_T=None,
     paths=None,
+    compiled: bool = True,
 ) -> dict:
-    """Check and time every attention path (or those named in `paths`) on `device` ("cpu" or "cuda")."""
+    """Check and time every attention path (or those named in `paths`) on `device` ("cpu" or "cuda");
+    compiled=False leaves out the compiled competitors (sdpa-compiled:*), which cost a compile per input."""
     check_T = list(check_T or CHECK_T)
     dtypes = list(dtypes or device_dtypes(device))
+    shapes = list(shapes)
     reps = reps or (20 if device == "cuda" else 5)
     warmup = warmup if warmup is not None else (3 if device == "cuda" else 1)
-    chosen = [PATHS[n] for n in (paths or PATHS)]
-    out = {path.name: _check_one(path, device, dtypes, check_T, shapes, progress) for path in chosen}
-    timed = [p for p in chosen if out[p.name]["status"] != "unavailable" and not out[p.name]["speed"]]
-    timing = {}
-    for T in shapes:
-        t = timing[str(T)] = time_paths(timed, device, T, reps, warmup, progress)
-        for name, r in t.pop("paths").items():
-            out[name]["speed"][str(T)] = r
-            if "raised" in r and out[name]["status"] == "correct":
-                out[name].update(status="wrong", reason=r["raised"])
-        for r in out.values():
-            s, b = r["speed"].get(str(T), {}), out.get(r["baseline"], {}).get("speed", {}).get(str(T), {})
-            if "ms" in s and "ms" in b:
-                s["speedup"] = b["ms"] / s["ms"]
+    chosen = [PATHS[n] for n in (paths or PATHS) if compiled or not PATHS[n].compiled]
+    settings = compile_settings() if any(p.compiled for p in chosen) else contextlib.nullcontext()
+    with settings:
+        out = {path.name: _check_one(path, device, dtypes, check_T, shapes, progress) for path in chosen}
+        timed = [p for p in chosen if out[p.name]["status"] != "unavailable"]
+        timing = {}
+        for T in shapes:
+            now = [p for p in timed if str(T) not in out[p.name]["speed"]]
+            t = timing[str(T)] = time_paths(now, device, T, reps, warmup, progress)
+            for name, r in t.pop("paths").items():
+                out[name]["speed"][str(T)] = r
+                if "raised" in r and out[name]["status"] == "correct":
+                    out[name].update(status="wrong", reason=r["raised"])
+            yard = out.get(YARDSTICK, {}).get("speed", {}).get(str(T), {})
+            for r in out.values():
+                s, b = r["speed"].get(str(T), {}), out.get(r["baseline"], {}).get("speed", {}).get(str(T), {})
+                if "ms" in s and "ms" in b:
+                    s["speedup"] = b["ms"] / s["ms"]
+                if "ms" in s and "ms" in yard and r["kind"] == "shaped":
+                    s["vs_yardstick"] = s["ms"] / yard["ms"]
     for name, entry in out.items():
-        entry["verdict"] = _verdict(name, entry, shapes, entry["baseline"])
-    auto_line, auto_warns = _auto_line(device, out, shapes)
+        entry["verdict"] = path_verdict(name, entry, shapes, entry["baseline"])
+    auto_said, auto_warns = auto_line(device, out, shapes)
     return {
         "device": device,
         "machine": describe(machine_info(device)),
@@ -317,11 +324,20 @@ def run_check(
         "tolerances": {str(d).removeprefix("torch."): tolerance(device, d) for d in dtypes},
         "check_shape": dict(CHECK_SHAPE, T=list(check_T)),
         "cases": [c[0] for c in CASES],
-        "shapes": list(shapes),
+        "shapes": shapes,
         "reps": reps,
         "warmup": warmup,
         "timing": timing,
+        "yardstick": YARDSTICK,
+        "compiled": {
+            "run": compiled,
+            "backend": check_paths.COMPILE_BACKEND,
+            "check_T": max(check_T),
+            "cpu_dtype": str(fast_dtype("cpu")).removeprefix("torch."),
+            "cpu_max_T": COMPILED_CPU_MAX_T,
+        },
         "paths": out,
-        "auto": {"line": auto_line, "warning": auto_warns},
+        "auto": {"line": auto_said, "warning": auto_warns},
+        "recommendation": recommend(out, shapes),
         "ok": all(e["status"] != "wrong" for e in out.values()),
     }

@@ -5,14 +5,26 @@ as `attn_impl` names them; plain softmax attention A V (pre-ln's MHA) by two. Th
 `modules.shaped_attention`, the function `ShapedAttention` runs; the softmax paths are what
 `MultiHeadAttention` calls. Looked up at call time, so a test can break one and see the check
 report it.
+
+The competitors of the fused kernel, "the other road": the sdpa path (SDPA + its O(T d) epilogue)
+under `torch.compile`, with SDPA pinned to one backend each (`sdpa-compiled:flash`, `:cudnn`,
+`:efficient`, `:math`). They are not `attn_impl` values (yet): a model compiled with
+`attn_impl="sdpa"` runs the unpinned one. A backend may have no kernel for some inputs (on CUDA,
+flash and cuDNN take no fp32 and flash no arbitrary mask; CPU has only flash-CPU and math):
+`supports` says which, by running SDPA under that backend on inputs like the case's, so that the
+check skips those cases with SDPA's reason instead of calling them wrong.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from blocklab.attention import functional, fused, modules
 from blocklab.attention.functional import split_heads
@@ -47,6 +59,113 @@ def _fused_reason(device: torch.device) -> str | None:
     return fused.unavailable_reason(device)
 
 
+# SDPA's backends by the names the check shows. PyTorch's CPU SDPA has two: its flash kernel and math.
+SDPA_BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+CPU_BACKENDS = ("flash", "math")
+# What compiles the competitors: "inductor" (what training's compile runs); a test may set "aot_eager".
+COMPILE_BACKEND = "inductor"
+# Dynamo keeps one graph per backend, dtype, mask and (on CUDA) shape here: far more than its default
+# limit of 8 per function, past which it would run the function eagerly without a word. Raised for
+# the check, and hitting it raises.
+RECOMPILE_LIMIT = 256
+_compiled: dict[tuple, Callable] = {}
+
+
+def _pinned(backend: str) -> Callable:
+    def shaped_sdpa_pinned(q, k, v, a, b, g, causal, key_mask):
+        with sdpa_kernel(SDPA_BACKENDS[backend]):
+            return modules.shaped_attention(q, k, v, a, b, g, causal, key_mask, "sdpa")
+
+    return shaped_sdpa_pinned
+
+
+def compiled_sdpa(backend: str) -> Callable:
+    """The sdpa path, SDPA pinned to `backend`, compiled whole (fullgraph: a graph break raises); built at
+    its first call and shared by the correctness check and the timing.
+
+    CUDA: static shapes (dynamic=False), one graph per T, as a training run's compile at its fixed T.
+    CPU: dynamic shapes, where inductor takes ~10 s per graph (it writes and builds C++): one graph per
+    dtype and mask then serves every T and batch >= 2 (dynamo specialises a size of 1), so the graph the
+    check verified is the one it times."""
+
+    def shaped_sdpa_compiled(q, k, v, a, b, g, causal, key_mask):
+        dynamic = q.device.type == "cpu"
+        key = (backend, COMPILE_BACKEND, dynamic)
+        if key not in _compiled:
+            fn = _pinned(backend)
+            _compiled[key] = torch.compile(fn, backend=COMPILE_BACKEND, dynamic=dynamic, fullgraph=True)
+        return _compiled[key](q, k, v, a, b, g, causal, key_mask)
+
+    return shaped_sdpa_compiled
+
+
+def compile_settings():
+    """The dynamo settings the compiled competitors run under (see RECOMPILE_LIMIT); a setting this
+    PyTorch does not have (older names) is left alone."""
+    import torch._dynamo
+
+    wanted = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True}
+    return torch._dynamo.config.patch(**{k: v for k, v in wanted.items() if hasattr(torch._dynamo.config, k)})
+
+
+def _compiler_reason(device: torch.device) -> str | None:
+    if device.type == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        return "torch.compile (inductor) on CPU needs a C++ compiler (g++, c++ or clang++): none on PATH"
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "torch.compile (inductor) on CUDA needs the triton package"
+    return None
+
+
+def _backend_reason(backend: str) -> Callable[[torch.device], str | None]:
+    def unavailable(device: torch.device) -> str | None:
+        if device.type == "cpu" and backend not in CPU_BACKENDS:
+            return f"no {backend} kernel on CPU: PyTorch's CPU SDPA has the flash-CPU and math backends only"
+        if device.type == "cuda" and backend == "flash" and not torch.backends.cuda.is_flash_attention_available():
+            return "this PyTorch build has no flash attention kernels"
+        return _compiler_reason(device)
+
+    return unavailable
+
+
+def _no_kernel(backend: str, error: Exception, caught) -> str:
+    """Why SDPA found no kernel: its warnings, which on CUDA name the constraint that failed ("Flash
+    attention kernel not used because:" and then the reason, as separate warnings), else the error."""
+    lines = []
+    for w in caught:
+        text = (str(w.message).strip().splitlines() or [""])[0].strip()
+        if text and not text.endswith(":") and text not in lines:
+            lines.append(text)
+    return f"no {backend} kernel: " + ("; ".join(lines[:2]) or (str(error).strip().splitlines() or [""])[0])
+
+
+def _backend_supports(backend: str) -> Callable:
+    def supports(device, dtype, T, D, causal, key_mask) -> str | None:
+        """None when SDPA under `backend` runs forward and backward on such inputs, else why not. Two heads
+        of one sequence (of each, when masked), split from a (B, T, 2 D) tensor as the paths' inputs are
+        (strides included): what a backend accepts does not depend on B or H."""
+        B = 1 if key_mask is None else key_mask.shape[0]
+        x = torch.zeros(B, T, 2 * D, device=device, dtype=dtype, requires_grad=True)
+        q = split_heads(x, 2)
+        amp = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+        with warnings.catch_warnings(record=True) as caught, sdpa_kernel(SDPA_BACKENDS[backend]), amp:
+            warnings.simplefilter("always")
+            try:
+                functional.softmax_attention(q, q, q, causal, key_mask, "sdpa").sum().backward()
+            except RuntimeError as e:
+                return _no_kernel(backend, e, caught)
+        return None
+
+    return supports
+
+
 @dataclass(frozen=True)
 class Path:
     name: str
@@ -55,15 +174,40 @@ class Path:
     baseline: str  # the path its speed is compared with
     tt_matrix: bool  # forms B x H x T x T tensors: timed only where they fit
     unavailable: Callable[[torch.device], str | None] = _always
+    # (device, dtype, T, D, causal, key_mask) -> None, or why this path has no kernel for such inputs
+    supports: Callable | None = None
+    compiled: bool = False  # compiled by the check (seconds per input signature)
+    impl: str | None = None  # the attn_impl that runs it; None: not one (yet)
+    backend: str | None = None  # the SDPA backend it is pinned to
 
 
+def _competitor(backend: str) -> Path:
+    name = f"sdpa-compiled:{backend}"
+    return Path(
+        name,
+        "shaped",
+        compiled_sdpa(backend),
+        "sdpa",
+        backend == "math",
+        _backend_reason(backend),
+        _backend_supports(backend),
+        compiled=True,
+        backend=backend,
+    )
+
+
+# The physical yardstick: plain causal SDPA on q, k, v of the same shape, no shaping.
+YARDSTICK = "mha-sdpa"
 # Tests break a path by replacing its entry or a library function it calls (looked up per call).
 PATHS = {
-    "sdpa": Path("sdpa", "shaped", shaped_sdpa, "sdpa", False),
-    "fused": Path("fused", "shaped", shaped_fused, "sdpa", False, _fused_reason),
-    "materialized": Path("materialized", "shaped", shaped_materialized, "sdpa", True),
-    "mha-sdpa": Path("mha-sdpa", "softmax", softmax_sdpa, "mha-sdpa", False),
-    "mha-materialized": Path("mha-materialized", "softmax", softmax_materialized, "mha-sdpa", True),
+    "sdpa": Path("sdpa", "shaped", shaped_sdpa, "sdpa", False, impl="sdpa"),
+    "fused": Path("fused", "shaped", shaped_fused, "sdpa", False, _fused_reason, impl="fused"),
+    "materialized": Path("materialized", "shaped", shaped_materialized, "sdpa", True, impl="materialized"),
+    **{f"sdpa-compiled:{b}": _competitor(b) for b in SDPA_BACKENDS},
+    "mha-sdpa": Path("mha-sdpa", "softmax", softmax_sdpa, "mha-sdpa", False, impl="sdpa"),
+    "mha-materialized": Path(
+        "mha-materialized", "softmax", softmax_materialized, "mha-sdpa", True, impl="materialized"
+    ),
 }
 
 

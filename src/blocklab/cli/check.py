@@ -16,8 +16,13 @@ and which path is fastest.
 
 paths     shaped attention (SAS, per head (alpha I + beta A - gamma C) V): sdpa, fused (the
           Triton kernel; CUDA, or CPU under TRITON_INTERPRET=1, checked at small T only and
-          not timed) and materialized (the T x T formula); plain softmax attention (pre-ln's
-          MHA): mha-sdpa, mha-materialized. A path that cannot run here is "unavailable".
+          not timed) and materialized (the T x T formula); the kernel's competitors
+          sdpa-compiled:flash, :cudnn, :efficient, :math (the sdpa path under torch.compile,
+          SDPA pinned to one backend; checked at T=300 only; on CPU, which has only the flash
+          and math backends, in float32 only and timed at T<=512; --no-compiled leaves them
+          out); plain softmax attention (pre-ln's MHA): mha-sdpa, mha-materialized. A path
+          that cannot run here is "unavailable", with the reason; a backend with no kernel for
+          some inputs (fp32, a mask) is checked on the others and the skipped cases are named.
 correct   forward output and the gradients of q, k, v, alpha, beta, gamma (random gains,
           not the init values) against the materialised formula in float64, at T=17 and
           T=300, causal and bidirectional with right padding, in float32 and bfloat16
@@ -26,11 +31,13 @@ correct   forward output and the gradients of q, k, v, alpha, beta, gamma (rando
 speed     forward+backward, causal, at each --shapes T (H=12, D=64, B=16384/T, bf16 on CUDA;
           H=2, B=1024/T, fp32 on CPU), median over --reps, round-robin; ratios against
           sdpa (mha-* against mha-sdpa). materialized is skipped where its T x T tensors
-          would not fit in memory.
+          would not fit in memory. Each shaped path's time is also given over plain causal
+          SDPA's at the same shape (mha-sdpa: what attention without shaping costs).
 
 The table goes to stdout, progress to stderr. Exit status 0 when every available path is
-correct, 1 when one is wrong. The last verdict says which path attn_impl="auto" picks here
-and warns when that path is wrong or slower than another correct one.
+correct, 1 when one is wrong. The verdicts end with the path attn_impl="auto" picks here (a
+warning when it is wrong or slower than another attn_impl path), then the fastest correct
+shaped path per range of timed T, compiled competitors included.
 """
 
 EPILOG = """\
@@ -65,6 +72,11 @@ def add_parser(sub) -> None:
         "--reps", default=None, metavar="N", help="timed repetitions per path and shape (default: 20 on CUDA, 5 on CPU)"
     )
     p.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="leave out the compiled competitors (sdpa-compiled:*): each costs a compile per input signature",
+    )
+    p.add_argument(
         "--json", default=None, metavar="PATH", help="also write the full result (every error, every time) as JSON"
     )
     p.set_defaults(func=run)
@@ -93,7 +105,7 @@ def run(args) -> int:
     def progress(line: str) -> None:
         print(f"blocklab check: [{time.perf_counter() - t0:5.1f}s] {line}", file=sys.stderr, flush=True)
 
-    result = run_check(device, shapes=shapes, reps=reps, progress=progress)
+    result = run_check(device, shapes=shapes, reps=reps, progress=progress, compiled=not args.no_compiled)
     print(render_text(result))
     if args.json:
         write_json(result, args.json)
