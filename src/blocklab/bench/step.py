@@ -68,7 +68,8 @@ class Trainer:
 
     def loss(self) -> torch.Tensor:
         with autocast(self.variant.precision, self.device):
-            return self.forward(self.inputs, labels=self.labels).loss
+            # As training asks: the loss alone, never the (B, T, V) logits it does not use.
+            return self.forward(self.inputs, labels=self.labels, return_logits=False).loss
 
     def forward_backward(self) -> None:
         loss = self.loss()
