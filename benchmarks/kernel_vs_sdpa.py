@@ -107,7 +107,9 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"device": describe(machine_info(args.device)), "dtype": str(dtype), "heads": args.heads, "rows": rows}, f, indent=2
+                {"device": describe(machine_info(args.device)), "dtype": str(dtype), "heads": args.heads, "rows": rows},
+                f,
+                indent=2,
             )
     return 0
 
