@@ -97,6 +97,16 @@ SLOW_ELSEWHERE = (
     "tests/attention/test_impls.py::test_fused_and_materialized_agree",
     "tests/attention/test_fused.py::test_kernel_matches_float64_reference",
     "tests/blocks/test_depthmix.py::test_compiling_a_denseformer_block",
+    # transformers' import and a save/load per block: seconds per worker before the first assertion
+    "tests/hf/test_models.py",
+    # a whole `blocklab check` run (dynamo traces each competitor), and a compiled competitor
+    "tests/bench/test_check_competitors.py::test_competitors_appear_in_the_table_with_their_correctness",
+    "tests/bench/test_check_competitors.py::test_the_yardstick_is_plain_causal_sdpa",
+    "tests/bench/test_check_competitors.py::test_backends_the_device_lacks",
+    "tests/bench/test_check_competitors.py::test_the_pinned_backend_is_the_one_sdpa_runs",
+    "tests/bench/test_check_competitors.py::test_a_broken_epilogue_makes_the_compiled_competitor_wrong",
+    "tests/bench/test_check_competitors.py::test_an_injected_wrong_competitor_is_caught_timed_and_not_picked",
+    "tests/bench/test_flops.py::test_the_fused_op_counts_what_the_sdpa_path_counts",  # the interpreted kernel
 )
 # Every block's "a short run that learns" (a few dozen optimizer steps each) is a training test too.
 SLOW_NAMES = ("short_run_learns",)
