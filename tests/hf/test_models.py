@@ -159,3 +159,11 @@ def test_tied_embeddings_stay_one_tensor(tmp_path):
         loaded.get_input_embeddings().weight[5].add_(1.0)
         after = loaded(input_ids=torch.tensor([[3, 4]])).logits
     assert not torch.equal(before[..., 5], after[..., 5])
+
+
+def test_wrapping_a_model_draws_nothing_from_the_generator():
+    model = trained_like(cfg_of("pre-ln", "clm"))
+    before = torch.get_rng_state()
+    wrapper = hf.BlocklabForCausalLM.from_blocklab(model)
+    assert torch.equal(torch.get_rng_state(), before) and wrapper.model is model
+    assert all(p.device.type == "cpu" for p in wrapper.parameters())

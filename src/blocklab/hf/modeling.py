@@ -39,7 +39,8 @@ class BlocklabPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_blocklab(cls, model: torch.nn.Module) -> BlocklabPreTrainedModel:
         """The wrapper of a built (or trained) blocklab model, sharing its parameters."""
-        hf = cls(BlocklabConfig(blocklab=model.cfg.to_dict()))
+        with torch.device("meta"):  # the stand-in model it replaces: no memory, no draw from the generator
+            hf = cls(BlocklabConfig(blocklab=model.cfg.to_dict()))
         hf.model = model
         return hf
 
