@@ -2,6 +2,7 @@
 the pipelines run, the folder loads with trust_remote_code alone in a fresh process, and bad input is one line."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -175,6 +176,15 @@ def test_bad_input_is_one_line(clm, tmp_path, capsys, monkeypatch):
     assert export(translation, tmp_path / "z") == 2
     err = capsys.readouterr().err
     assert "translation run" in err and len(err.strip().splitlines()) == 1
+    for inside in (run, run.parent):  # --overwrite never deletes the run it exports
+        assert export(run, inside, "--overwrite") == 2
+        assert "holds the run" in capsys.readouterr().err and (run / "config.toml").is_file()
+    (tmp_path / "file").write_text("x")
+    assert export(run, tmp_path / "file", "--overwrite") == 2 and (tmp_path / "file").read_text() == "x"
+    assert "not a folder" in capsys.readouterr().err
+    umask = os.umask(0)
+    os.umask(umask)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # as any folder made here: not mkdtemp's private one
     monkeypatch.setitem(sys.modules, "transformers", None)
     assert export(run, tmp_path / "w") == 2
     err = capsys.readouterr().err

@@ -167,3 +167,21 @@ def test_wrapping_a_model_draws_nothing_from_the_generator():
     wrapper = hf.BlocklabForCausalLM.from_blocklab(model)
     assert torch.equal(torch.get_rng_state(), before) and wrapper.model is model
     assert all(p.device.type == "cpu" for p in wrapper.parameters())
+
+
+@pytest.mark.parametrize("case", ["pre-ln", "sas-p", "pre-ln+sinusoidal+untied"])
+def test_a_left_padded_batch_generates_what_each_prompt_does_alone(case):
+    """Batched generation pads on the left: a row's positions start at its first token, as alone."""
+    model = trained_like(cfg_of(case, "clm"))
+    wrapper = hf.BlocklabForCausalLM.from_blocklab(model)
+    short, long = torch.tensor([[5, 6, 7]]), torch.tensor([[9, 8, 7, 6, 5]])
+    ids = torch.tensor([[0, 0, 5, 6, 7], [9, 8, 7, 6, 5]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        both = wrapper(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(both[0, 2:], model(short).logits[0])
+        torch.testing.assert_close(both[1], model(long).logits[0])
+    got = wrapper.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    for row, prompt in zip(got, (short, long)):
+        alone = sample(model, prompt, 4, temperature=0, stop_id=2)[0]
+        assert row[-4:].tolist()[: len(alone) - prompt.shape[1]] == alone[prompt.shape[1] :].tolist()

@@ -244,3 +244,24 @@ def test_blocklab_imports_neither_mlflow_nor_wandb():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_a_tracker_that_fails_mid_run_is_said_once_and_the_run_completes(tmp_path, corpus_dir, monkeypatch, capsys):
+    from blocklab.training import trackers
+
+    calls = []
+
+    def flaky(self, values, step):  # a tracking server that goes away at step 4
+        calls.append(step)
+        if step >= 4:
+            raise ConnectionError("tracking server unreachable\nmore detail")
+
+    monkeypatch.setattr(trackers.TensorBoard, "log", flaky)
+    run = tmp_path / "run"
+    assert main(train_args(run, corpus_dir, "--train.steps", "8", "--train.log_every", "2")) == 0
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert calls[-1] == 4 and calls.count(4) == 1  # dropped after its failure, never asked again
+    err = capsys.readouterr().err
+    assert err.count("warning: TensorBoard failed logging step 4 (tracking server unreachable)") == 1
+    assert [r["step"] for r in rows(run) if "loss" in r] == [2, 4, 6, 8]  # metrics.jsonl has every row

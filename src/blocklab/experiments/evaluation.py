@@ -114,11 +114,13 @@ def chosen_metrics(stage: EvalStage, record: dict) -> list[tuple[str, str]]:
 def metric_value(record: dict | None, task: str, metric: str) -> float | None:
     """The harness's value of `metric` on `task` (its "none" filter, or the first filter it reports)."""
     values = ((record or {}).get("results") or {}).get(task) or {}
-    for key, value in values.items():
-        name, _, _filter = key.partition(",")
-        if name == metric and isinstance(value, (int, float)) and math.isfinite(value):
-            return float(value)
-    return None
+    found = [
+        (filt != "none", float(value))
+        for key, value in values.items()
+        for name, _, filt in [key.partition(",")]
+        if name == metric and isinstance(value, (int, float)) and math.isfinite(value)
+    ]
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 def lower_is_better(record: dict, task: str, metric: str) -> bool:
@@ -127,6 +129,10 @@ def lower_is_better(record: dict, task: str, metric: str) -> bool:
 
 
 def stored_records(stage: EvalStage, out: Path, runs) -> dict:
-    """{run name: record} of the runs' stored evaluations with the stage's settings (None where there is none)."""
-    evaluation = _evaluate()
+    """{run name: record} of the runs' stored evaluations with the stage's settings (None where there is none;
+    all None where the hf extra is not installed: nothing was evaluated here)."""
+    try:
+        from blocklab.hf import evaluation
+    except ModuleNotFoundError:
+        return {r.name: None for r in runs}
     return {r.name: evaluation.stored_result(out / "runs" / r.name, stage.tasks, stage.limit) for r in runs}

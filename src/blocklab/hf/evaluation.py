@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.metadata
 import json
 import logging
 import math
@@ -144,8 +145,11 @@ def stored_result(run: str | Path, tasks: str | list[str], limit: int | None, st
         step, checkpoint = checkpoint_of(run, step)
     except UserError:
         return None
-    lm_eval = import_extra("lm_eval", "eval", "reading stored evaluations")
-    settings = settings_of(names, step, limit, checkpoint, lm_eval.__version__)
+    try:  # the version the results were made with, read without importing the harness (a report needs none)
+        version = importlib.metadata.version("lm_eval")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    settings = settings_of(names, step, limit, checkpoint, version)
     stored = read_json(results_path(run, settings))
     return stored if stored and {k: stored.get(k) for k in settings} == settings else None
 

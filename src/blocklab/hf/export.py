@@ -6,6 +6,7 @@ export never leaves half a folder."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -66,6 +67,11 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, overwr
     if not (run / "config.toml").is_file() and any(run.glob("seed-*/config.toml")):
         seeds = sorted(p.parent.name for p in run.glob("seed-*/config.toml"))
         raise UserError(f"{run} holds fine-tuning seeds; export one of them: {run}/{seeds[0]} ({', '.join(seeds)})")
+    where, home = out.resolve(), run.resolve()
+    if where == home or where in home.parents:
+        raise UserError(f"--out {out} holds the run {run} itself; export into another folder")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UserError(f"--out {out} is a file or a link, not a folder; choose another --out")
     if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not overwrite:
         raise UserError(f"{out} exists and is not empty; pass --overwrite to replace it, or choose another --out")
     if (run / "config.toml").is_file():  # before the checkpoint is read: a translation run fails at once
@@ -94,6 +100,9 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, overwr
         }
         (tmp / "blocklab_export.json").write_text(json.dumps(info, indent=2) + "\n")
         (tmp / "README.md").write_text(model_card(info, summary_of(run)))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp's folder is private; an export is for others to read
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

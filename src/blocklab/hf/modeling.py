@@ -69,6 +69,18 @@ class BlocklabPreTrainedModel(PreTrainedModel):
         return self.model.head  # None when tied: the logits read the token embedding itself
 
 
+def left_pad_positions(attention_mask) -> torch.Tensor | None:
+    """Each token's position counted from its row's first real token, where some row is left-padded (batched
+    generation pads on the left); None otherwise, so an unpadded or right-padded batch is blocklab's own call."""
+    if attention_mask is None:
+        return None
+    leading = (attention_mask.cumsum(-1) == 0).sum(-1, keepdim=True)
+    if not bool(leading.any()):
+        return None
+    T = attention_mask.shape[1]
+    return (torch.arange(T, device=attention_mask.device) - leading).clamp(min=0)
+
+
 class BlocklabForCausalLM(BlocklabPreTrainedModel, GenerationMixin):
     task = "clm"
 
@@ -79,7 +91,13 @@ class BlocklabForCausalLM(BlocklabPreTrainedModel, GenerationMixin):
         if labels is not None:
             shifted = torch.full_like(labels, IGNORE_INDEX)
             shifted[:, :-1] = labels[:, 1:]
-        out = self.model(input_ids, attention_mask, shifted, output_hidden_states=bool(output_hidden_states))
+        out = self.model(
+            input_ids,
+            attention_mask,
+            shifted,
+            output_hidden_states=bool(output_hidden_states),
+            position_ids=left_pad_positions(attention_mask),
+        )
         return CausalLMOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states)
 
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):

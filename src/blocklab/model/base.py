@@ -134,13 +134,12 @@ class TokenModel(nn.Module):
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.block_hooks.add_head(self, cfg)
 
-    def token_embedding(self, ids: torch.Tensor, positions: str, start: int = 0) -> torch.Tensor:
-        """tok(ids) * embed_scale + the positions start .. start + T - 1 of the table `positions`."""
+    def token_embedding(self, ids: torch.Tensor, positions: str, start: int = 0, position_ids=None) -> torch.Tensor:
+        """tok(ids) * embed_scale + the positions start .. start + T - 1 of the table `positions`, or each
+        token's own (`position_ids`, (B, T): a left-padded row's first token at 0)."""
         T = ids.shape[1]
-        if self.cfg.positions == "learned":
-            pos = getattr(self, positions).weight[start : start + T]
-        else:
-            pos = self.pos_table[start : start + T]
+        table = getattr(self, positions).weight if self.cfg.positions == "learned" else self.pos_table
+        pos = table[start : start + T] if position_ids is None else table[position_ids]
         return self.tok(ids) * self.embed_scale + pos
 
     def encoder_stack(self, cfg: ModelConfig) -> None:
@@ -156,13 +155,17 @@ class TokenModel(nn.Module):
         builder = BLOCK_BUILDER.get()
         return nn.ModuleList(make(i) for i in range(n)) if builder is None else builder(make, n)
 
-    def encode(self, input_ids: torch.Tensor, attention_mask=None, output_hidden_states: bool = False):
-        """(final-normed hidden states (B, T, d), every block's output when asked) of encoder_stack."""
+    def encode(
+        self, input_ids: torch.Tensor, attention_mask=None, output_hidden_states: bool = False, position_ids=None
+    ):
+        """(final-normed hidden states (B, T, d), every block's output when asked) of encoder_stack; the
+        positions 0 .. T - 1, or `position_ids` (B, T)."""
         check_ids(input_ids)
         if input_ids.shape[1] > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_seq_len={self.cfg.max_seq_len}")
         key_mask = attention_mask.bool() if attention_mask is not None else None
-        x, hidden = self.run_blocks(self.blocks, self.token_embedding(input_ids, "pos"), key_mask, output_hidden_states)
+        x = self.token_embedding(input_ids, "pos", position_ids=position_ids)
+        x, hidden = self.run_blocks(self.blocks, x, key_mask, output_hidden_states)
         return self.final_norm(x), hidden
 
     @torch.no_grad()

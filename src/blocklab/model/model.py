@@ -38,12 +38,14 @@ class TransformerLM(TokenModel):
         output_hidden_states=False,
         loss_reduction: str = "mean",
         return_logits: bool = True,
+        position_ids=None,
     ) -> ModelOutput:
         """`labels` are aligned with `input_ids` (labels[t] is the target of logits[t]); -100 is ignored.
 
         The loss never builds the fp32 (B, T, V) logits (model/loss.py); trainers pass
-        return_logits=False so that no logits are formed at all, and loss_reduction="sum".
+        return_logits=False so that no logits are formed at all, and loss_reduction="sum". `position_ids`
+        (B, T): each token's position where it is not its index (left padding: blocklab.hf).
         """
-        x, hidden = self.encode(input_ids, attention_mask, output_hidden_states)
+        x, hidden = self.encode(input_ids, attention_mask, output_hidden_states, position_ids)
         logits, loss = self.logits_and_loss(x, labels, loss_reduction, return_logits)
         return ModelOutput(loss, logits, hidden)

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,19 +229,40 @@ class Trackers:
                 write_atomic(path, json.dumps({k: v for k, v in saved.items() if v}, indent=2) + "\n")
 
     def log(self, row: dict) -> None:
+        """The row to every tracker. One that fails (a tracking server gone, a full disk) is said once on stderr
+        and dropped: metrics.jsonl keeps every row, and hours of training are not lost to a tracker."""
         values = {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
-        for tracker in self.items:
-            tracker.log(values, row["step"])
+        for tracker in list(self.items):
+            try:
+                tracker.log(values, row["step"])
+            except Exception as e:
+                self._drop(tracker, f"logging step {row['step']}", e)
+
+    def _drop(self, tracker, what: str, e: Exception) -> None:
+        self.items.remove(tracker)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        print(
+            f"warning: {type(tracker).__name__} failed {what} ({first}); it is left out for the rest of this run, "
+            f"metrics.jsonl has every row",
+            file=sys.stderr,
+            flush=True,
+        )
+        with contextlib.suppress(Exception):
+            tracker.finish(None, "failed")
 
     def finish(self, summary: dict | None, files: list[Path] = (), name: str = "") -> None:
-        """The summary (None: the run failed), then `files` as one artifact, then each run's end. A failed
-        run's trackers are closed quietly: the error that stopped the run is the one to see."""
+        """The summary (None: the run failed), then `files` as one artifact, then each run's end. A tracker that
+        fails here is said once and left: the run and its summary.json are already complete. A failed run's
+        trackers are closed quietly: the error that stopped the run is the one to see."""
         status = summary.get("status", "completed") if summary is not None else "failed"
-        for tracker in self.items:
-            with contextlib.nullcontext() if summary is not None else contextlib.suppress(Exception):
+        for tracker in list(self.items):
+            try:
                 if files:
                     tracker.artifact([f for f in files if f.is_file()], name or self.place.name)
                 tracker.finish(summary, status)
+            except Exception as e:
+                if summary is not None:
+                    self._drop(tracker, "recording the summary", e)
         self.items = []
 
 

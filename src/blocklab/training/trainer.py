@@ -264,8 +264,7 @@ class Trainer(StepMixin):
     def _check_losses(self, first: int, losses: list[float], window: list[float], stall) -> tuple[str, dict] | None:
         """The losses of updates first, first + 1, ... in order: the run's initial loss, the logging window,
         divergence (("diverged", fields) at the exact step, where the others stop counting) and the stall
-        rule (("stalled", {"stalled_step"}) at the first step it holds)."""
-        found = None
+        rule (("stalled", {"stalled_step"}) at the first step it holds), whichever comes first."""
         for k, loss in enumerate(losses, first):
             if self.state["initial_loss"] is None:
                 self.state["initial_loss"] = loss
@@ -273,9 +272,11 @@ class Trainer(StepMixin):
                 return "diverged", {"diverged_step": k, "diverged_loss": loss}
             window.append(loss)
             self.state["last_loss"] = loss
-            if stall.update(k, loss) and found is None:
-                found = "stalled", {"stalled_step": k}
-        return found
+            if stall.update(k, loss):
+                # The run stops here: what came after the stall's step neither enters its window (a resume
+                # decides on the same window) nor outranks it (a later divergence is not this run's end).
+                return "stalled", {"stalled_step": k}
+        return None
 
     def _write_row(self, logger: MetricsLogger, done: int, window: list[float]) -> None:
         """The metrics row of update `done`: training values on logged steps (the mean loss over `window`,
