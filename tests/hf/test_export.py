@@ -182,11 +182,13 @@ def test_bad_input_is_one_line(clm, tmp_path, capsys, monkeypatch):
     (tmp_path / "file").write_text("x")
     assert export(run, tmp_path / "file", "--overwrite") == 2 and (tmp_path / "file").read_text() == "x"
     assert "not a folder" in capsys.readouterr().err
+    assert export(run, tmp_path / "file" / "hf") == 2  # a file where its folder should be: before any work
+    assert "is a file" in capsys.readouterr().err
     umask = os.umask(0)
     os.umask(umask)
-    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # as any folder made here: not mkdtemp's private one
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # as any folder made here, readable as the umask allows
     monkeypatch.setitem(sys.modules, "transformers", None)
     assert export(run, tmp_path / "w") == 2
     err = capsys.readouterr().err
     assert "pip install 'blocklab[hf]'" in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "w").exists() and not list(tmp_path.glob(".w.*"))
+    assert not (tmp_path / "w").exists() and not list(tmp_path.glob(".w.export-*"))

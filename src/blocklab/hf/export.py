@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from tokenizers import Tokenizer, processors
@@ -16,6 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
 import blocklab
+from blocklab.atomic import writable_dir
 from blocklab.errors import UserError
 from blocklab.hf.modeling import HF_CLASSES
 from blocklab.tokens import EOD, MASK, PAD
@@ -74,6 +74,7 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, overwr
         raise UserError(f"--out {out} is a file or a link, not a folder; choose another --out")
     if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not overwrite:
         raise UserError(f"{out} exists and is not empty; pass --overwrite to replace it, or choose another --out")
+    writable_dir(out.parent, "--out's folder")  # a file in the way, no permission, a full disk: before any work
     if (run / "config.toml").is_file():  # before the checkpoint is read: a translation run fails at once
         task = load_config(run / "config.toml").model.task
         if task not in EXPORTABLE:
@@ -85,8 +86,9 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, overwr
     task = cfg.model.task
     hf_logging.disable_progress_bar()  # one file of a small model: the command says when it is done
     hf = HF_CLASSES[task].from_blocklab(model.eval())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = out.parent / f".{out.name}.export-{os.getpid()}"  # beside the target, as write_atomic's files
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     try:
         hf.save_pretrained(tmp)
         save_tokenizer(hf_tokenizer(tokenizer, task, cfg.model.max_seq_len), tmp)
@@ -100,9 +102,6 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, overwr
         }
         (tmp / "blocklab_export.json").write_text(json.dumps(info, indent=2) + "\n")
         (tmp / "README.md").write_text(model_card(info, summary_of(run)))
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp's folder is private; an export is for others to read
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
