@@ -44,19 +44,27 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         dw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         for s in range(0, h.shape[0], chunk):
             hc, y = h[s : s + chunk].to(dtype), labels[s : s + chunk]
+            keep, target = y != IGNORE_INDEX, y.clamp_min(0)[:, None]
+            # The chunk's own logits, worked on in place: shifted by their row maximum (a stable exp), turned
+            # into exp, normalised into the softmax. Every pass over the (chunk, V) block costs as much as a
+            # small model's matmuls, so none allocates a second one.
             logits = (hc @ w.t()).to(acc)
-            keep = y != IGNORE_INDEX
-            lse = torch.logsumexp(logits, -1)
-            nll = lse - logits.gather(1, y.clamp_min(0)[:, None])[:, 0]
+            logits -= logits.amax(-1, keepdim=True)
+            at_label = logits.gather(1, target)[:, 0]
+            mean = logits.mean(-1) if eps else None
+            g = logits.exp_()
+            z = g.sum(-1)
+            log_z = z.log()  # logsumexp of the shifted logits
+            nll = log_z - at_label
             if eps:
-                nll = (1 - eps) * nll + eps * (lse - logits.mean(-1))
+                nll = (1 - eps) * nll + eps * (log_z - mean)
             total += torch.where(keep, nll, 0.0).sum()  # no boolean indexing: no host sync on GPU
             if need_h or need_w:
-                g = torch.exp(logits - lse[:, None])  # d nll / d logits = softmax - (1-eps) onehot - eps/V
-                g.scatter_add_(1, y.clamp_min(0)[:, None], torch.full_like(g[:, :1], -(1 - eps)))
+                g /= z[:, None]  # d nll / d logits = softmax - (1-eps) onehot - eps/V
+                g.scatter_add_(1, target, torch.full_like(g[:, :1], -(1 - eps)))
                 if eps:
                     g -= eps / g.shape[1]
-                g = (g * keep[:, None]).to(dtype)
+                g = (g.mul_(keep[:, None])).to(dtype)
                 if need_h:
                     dh[s : s + chunk] = (g @ w).to(h.dtype)
                 if need_w:
