@@ -88,12 +88,16 @@ def assert_translates(m, src, labels):
         assert torch.equal(out[:, 1 : 1 + labels.shape[1]], labels), (beams, out)
 
 
-# SPEC 10's fields of an experiment and of a group in verdicts.json (checked by the verdict and compare tests).
+# The fields of an experiment, a group and a comparison in verdicts.json (docs/verdicts.md; checked by the
+# verdict and compare tests).
 SPEC_EXPERIMENT_FIELDS = frozenset(
-    "metric lower_is_better tuned reference tolerance cap tuning_runs_reused noise_floor min_detectable groups "
-    "comparisons frontier".split()
+    "metric lower_is_better tuned reference tolerance margin cap tuning_runs_reused tuning_seeds noise_floor "
+    "pooled_sd family_size groups comparisons frontier".split()
+)
+SPEC_COMPARISON_FIELDS = frozenset(
+    "against test correlation difference ci95 ci_family p p_holm failures p_fail mde80 n verdict".split()
 )
 SPEC_GROUP_FIELDS = frozenset(
-    "label settings curve best best_at_edge stable trainable sensitivity seeds scores mean sd ci95 n_params "
-    "tokens_per_s".split()
+    "label settings curve best best_at_edge stable trainable sensitivity seeds statuses scores failed mean sd ci95 "
+    "n_params tokens_per_s".split()
 )

@@ -38,4 +38,5 @@ def test_the_sweep_file_is_a_valid_tuned_sweep(tmp_path):
     path = tmp_path / "my-sweep.toml"
     path.write_text(text)
     sweep = load_sweep(str(path))
-    assert [g.name for g in sweep.groups] == ["pre-ln", "sas-p"] and sweep.n_runs == 2 * 3 + 2 * 3
+    # two groups over three rates on two tuning seeds, then five final seeds each
+    assert [g.name for g in sweep.groups] == ["pre-ln", "sas-p"] and sweep.n_runs == 2 * 3 * 2 + 2 * 5

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from blocklab import stats
 from blocklab.cli import main
 from blocklab.experiments import build_sweep, run_sweep
 from tests.helpers import SPEC_EXPERIMENT_FIELDS, SPEC_GROUP_FIELDS
@@ -47,17 +48,18 @@ def test_a_tiny_tuned_sweep_writes_verdicts_and_a_report_with_the_sensitivity_fi
     assert SPEC_EXPERIMENT_FIELDS <= set(exp) and set(exp["groups"]) == {"pre-ln", "sas-p"}
     assert all(SPEC_GROUP_FIELDS <= set(g) for g in exp["groups"].values())
     assert [p["value"] for p in exp["groups"]["sas-p"]["curve"]] == [1e-3, 1e-2]
-    assert exp["groups"]["sas-p"]["curve"][0]["seeds"] == [2] and exp["groups"]["sas-p"]["seeds"] == [0, 1]
-    assert exp["comparisons"]["sas-p"]["verdict"] in ("better", "worse", "indistinguishable")
+    assert exp["groups"]["sas-p"]["curve"][0]["seeds"] == [2, 3] and exp["groups"]["sas-p"]["seeds"] == [0, 1]
+    assert exp["comparisons"]["sas-p"]["verdict"] in stats.WORDS
     runs = sorted(p.name for p in (out / "runs").iterdir())
     best = exp["groups"]["sas-p"]["best"]
-    assert f"sas-p_lr{best:g}_s0" in runs and len(runs) == 4 + 4
+    extended = [p["value"] for g in exp["groups"].values() for p in g["curve"] if p["extended"]]
+    assert f"sas-p_lr{best:g}_s0" in runs and len(runs) == 8 + 4 + 2 * len(extended)
     assert (out / "figures" / "sensitivity_tiny.png").is_file()
     assert "sensitivity_tiny.png" in (out / "report.md").read_text()
     stdout = capsys.readouterr().out
-    assert "SAS-P at train.lr" in stdout and "seeds 2 vs 2" in stdout  # the verdict with its numbers
+    assert "SAS-P at lr" in stdout and ("2 seeds" in stdout or "seeds 2 vs 2" in stdout)  # the word, its numbers
     saved = json.loads((out / "sweep.json").read_text())
-    assert len(saved["tuning"]) == 4 and {r["seed"] for r in saved["runs"]} == {0, 1}
+    assert len(saved["tuning"]) == 8 + 2 * len(extended) and {r["seed"] for r in saved["runs"]} == {0, 1}
 
 
 def test_an_edited_sweep_is_refused_then_rerun_with_rerun_changed(tmp_path, overrides, capsys):
@@ -95,10 +97,16 @@ def test_an_edited_sweep_is_refused_then_rerun_with_rerun_changed(tmp_path, over
 def test_list_needs_no_out_and_shows_tuning_and_final_runs(capsys):
     assert main(["compare", "--preset", "quick", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "pre-ln_lr0.001_s3" in out and "(tuning)" in out and "final seeds [0, 1, 2] at its best train.lr" in out
-    assert main(["compare", "--preset", "quick", "--list", "--seeds", "4,5"]) == 0
+    assert "pre-ln_lr0.001_s5" in out and "pre-ln_lr0.001_s6" in out and "(tuning)" in out
+    assert "final seeds [0, 1, 2, 3, 4] at its best train.lr" in out
+    # other final seeds at the rates the same tuning seeds chose
+    assert main(["compare", "--preset", "quick", "--list", "--seeds", "7,8,9,10,11"]) == 0
     out = capsys.readouterr().out
-    assert "pre-ln_lr0.001_s6" in out and "final seeds [4, 5]" in out
+    assert "pre-ln_lr0.001_s6" in out and "final seeds [7, 8, 9, 10, 11]" in out
+    # seeds chosen by power: the first round's seeds avoid the preset's tuning seeds
+    assert main(["compare", "--preset", "quick", "--list", "--seeds", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "final seeds [0, 1, 2, 3, 4, 7, 8, 9, 10, 11] at its best" in out
 
 
 @pytest.mark.parametrize(
@@ -198,7 +206,8 @@ def test_sigterm_to_compare_stops_every_parallel_run_and_the_same_command_resume
     # The same command again, in this process (the interrupted one's state lives only in its files).
     assert main(args) == 0
     final = {p.parent.name: json.loads(p.read_text())["status"] for p in out.glob("runs/*/summary.json")}
-    assert set(final.values()) <= {"completed", "stalled"} and len(final) == 4  # every run finished
+    # every run finished: two groups on two tuning seeds, then one final seed each
+    assert set(final.values()) <= {"completed", "stalled"} and len(final) == 6
     assert "tuned: sas-p best at train.lr" in capsys.readouterr().err
 
 

@@ -75,17 +75,22 @@ def test_the_sweeps_eval_noise_is_paired_and_far_below_the_unpaired_one(tmp_path
     assert exp["eval_noise"] < 0.02 < 0.5 < unpaired  # the files' spread cancels in the difference
 
 
-@pytest.mark.parametrize("paired, words", [(True, "(paired, seed by seed)"), (False, "(unpaired:")])
-def test_the_report_says_which_eval_noise_it_gives(paired, words):
+@pytest.mark.parametrize("paired, words", [(True, "(paired, seed by seed)"), (False, "one run's final eval loss")])
+@pytest.mark.parametrize("noise, rule", [(0.004, "below a third"), (0.03, "the tests' variance includes it")])
+def test_the_report_says_which_eval_noise_it_gives_and_whether_it_is_below_a_third_of_the_seed_spread(
+    paired, words, noise, rule
+):
     from blocklab.reporting.verdict_words import numbers_note
 
     exp = {
         "reference": "a",
         "groups": {"a": {"label": "A", "seeds": [0, 1]}},
         "noise_floor": 0.05,
-        "eval_noise": 0.004,
+        "pooled_sd": 0.05,
+        "eval_noise": noise,
         "eval_noise_paired": paired,
+        "family_size": 1,
     }
     note = numbers_note(exp, 3, 1)
-    assert "Eval noise: 0.004, the median standard error" in note and words in note
-    assert "12.5 times below the noise floor" in note
+    assert f"Eval noise: {noise:g}, the median standard error" in note and words in note
+    assert f"{noise / 0.05:.2f} of the spread over seeds" in note and rule in note

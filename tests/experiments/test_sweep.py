@@ -35,8 +35,11 @@ def test_every_preset_builds_valid_configs(name):
 
 def test_presets_match_their_papers():
     quick = load_sweep("quick")
-    assert quick.seeds == [0, 1, 2] and len(quick.runs) == 2 * 5 + 4 * 5  # tuning runs; 18 final runs follow
+    # tuning runs on seeds 5 and 6; 30 final runs follow (and a value beyond a grid edge where a best sits on one)
+    assert quick.seeds == [0, 1, 2, 3, 4] and len(quick.runs) == 2 * (2 * 5 + 4 * 5)
+    assert {r.config.train.seed for r in quick.runs} == {5, 6} and quick.n_runs == 90
     he = [r.config for r in quick.runs if r.experiment == "he"]
+    assert all(r.config.train.stall_patience == 0 for r in quick.runs)  # both recipes have a plateau
     assert {c.model.block for c in he} == {"pre-ln", "sas-p"} and all(c.model.init == "normal" for c in he)
     assert sorted({c.train.lr for c in he}) == [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
     xq = [r.config for r in quick.runs if r.experiment == "xiong"]

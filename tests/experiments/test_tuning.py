@@ -15,7 +15,14 @@ TWO = [{"name": "pre-ln", "model.block": "pre-ln"}, {"name": "sas-p", "model.blo
 
 def test_tune_defaults_keep_tuning_seeds_apart_from_final_seeds():
     t = parse_tune({"values": [1e-3, 3e-3]}, [0, 1, 2])
-    assert (t.key, t.values, t.seeds, t.reuse, t.tolerance) == ("train.lr", (1e-3, 3e-3), (3,), False, 0.1)
+    assert (t.key, t.values, t.seeds, t.reuse, t.tolerance, t.extend) == (
+        "train.lr",
+        (1e-3, 3e-3),
+        (3, 4),
+        False,
+        0.1,
+        2,
+    )
     assert parse_tune({"values": [1e-3], "seeds": [0], "reuse": True}, [0, 1]).seeds == (0,)
     with pytest.raises(UserError, match="share seed 1 with the final seeds.*reuse = true"):
         parse_tune({"values": [1e-3], "seeds": [1, 5]}, [0, 1])
@@ -38,6 +45,7 @@ def test_log_spaced_grid():
         ({"values": [1e-3], "tolerance": 0}, "tolerance"),
         ({"values": [1e-3], "reuse": "yes"}, "reuse"),
         ({"values": [1e-3], "seed": [1]}, "unknown field 'seed' in tune"),
+        ({"values": [1e-3], "extend": -1}, "tune.extend=-1 is not valid"),
         ({"min": 1e-2, "max": 1e-3, "points": 3}, "0 < min < max"),
     ],
 )
@@ -48,7 +56,7 @@ def test_bad_tune_tables_are_one_line_errors(spec, message):
 
 
 def test_every_tune_key_is_a_setting_with_a_one_line_help_under_its_spec_spelling():
-    assert TUNE_FIELDS == ("key", "values", "min", "max", "points", "seeds", "reuse", "tolerance")  # SPEC 10
+    assert TUNE_FIELDS == ("key", "values", "min", "max", "points", "seeds", "reuse", "tolerance", "extend")
     for f in dataclasses.fields(Tune):
         assert f.metadata[KEY].help.strip() and "\n" not in f.metadata[KEY].help
     assert Tune.__dataclass_fields__["seeds"].metadata[KEY].derived  # its default follows the final seeds
@@ -79,9 +87,11 @@ def test_bad_tune_keys_are_one_line_naming_the_key(spec, where, message):
 
 def test_a_tuned_sweep_runs_each_group_over_the_grid_then_its_final_seeds_at_its_best():
     s = build_sweep({"name": "t", "seeds": [0, 1], "base": BASE, "tune": {"values": [1e-3, 1e-2]}, "runs": TWO})
-    assert [r.name for r in s.runs] == ["pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2", "sas-p_lr0.001_s2", "sas-p_lr0.01_s2"]
-    assert all(r.phase == "tune" and r.config.train.seed == 2 for r in s.runs)
-    assert [r.config.train.lr for r in s.runs] == [1e-3, 1e-2] * 2
+    assert [r.name for r in s.runs] == [
+        f"{b}_lr{v}_s{seed}" for b in ("pre-ln", "sas-p") for v in ("0.001", "0.01") for seed in (2, 3)
+    ]
+    assert all(r.phase == "tune" and r.config.train.seed in (2, 3) for r in s.runs)
+    assert [r.config.train.lr for r in s.runs] == [1e-3, 1e-3, 1e-2, 1e-2] * 2
     finals = s.final_runs({("pre-ln", None): 1e-2, ("sas-p", None): 1e-3})
     assert [(r.name, r.config.train.lr, r.config.train.seed) for r in finals] == [
         ("pre-ln_lr0.01_s0", 1e-2, 0),
@@ -96,10 +106,16 @@ def test_a_tuned_sweep_runs_each_group_over_the_grid_then_its_final_seeds_at_its
     assert saved["runs"][0]["dir"] == "runs/pre-ln_lr0.01_s0" and saved["tune"]["None"]["values"] == [1e-3, 1e-2]
 
 
-def test_compare_seeds_move_the_default_tuning_seed():
+def test_compare_seeds_move_the_default_tuning_seeds():
     spec = {"name": "t", "seeds": [0, 1], "base": BASE, "tune": {"values": [1e-3]}, "runs": TWO}
     s = build_sweep(spec, seeds=[3, 4])
-    assert s.seeds == [3, 4] and {r.config.train.seed for r in s.runs} == {5}
+    assert s.seeds == [3, 4] and {r.config.train.seed for r in s.runs} == {5, 6}
+
+
+def test_a_tuned_sweep_without_seeds_has_five_final_seeds_and_two_tuning_seeds():
+    s = build_sweep({"name": "t", "base": BASE, "tune": {"values": [1e-3]}, "runs": TWO})
+    assert s.final_seeds() == [0, 1, 2, 3, 4] and s.tune_of(s.groups[0]).seeds == (5, 6)
+    assert s.n_runs == 2 * 2 + 2 * 5
 
 
 def test_reuse_counts_tuning_runs_at_the_best_as_final_seeds():
@@ -126,9 +142,8 @@ def test_each_experiment_tunes_its_own_setting():
         "runs": [dict(TWO[0], experiment="a"), dict(TWO[1], experiment="b")],
     }
     s = build_sweep(spec)
-    assert [r.name for r in s.runs] == ["sas-p_s0", "sas-p_s1", "pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2"] or [
-        r.name for r in s.runs
-    ] == ["pre-ln_lr0.001_s2", "pre-ln_lr0.01_s2", "sas-p_s0", "sas-p_s1"]
+    tuned = ["pre-ln_lr0.001_s2", "pre-ln_lr0.001_s3", "pre-ln_lr0.01_s2", "pre-ln_lr0.01_s3"]
+    assert [r.name for r in s.runs] in (["sas-p_s0", "sas-p_s1"] + tuned, tuned + ["sas-p_s0", "sas-p_s1"])
     assert s.experiments["b"]["title"] == "B" and "tune" not in s.experiments["a"]
 
 
@@ -176,7 +191,9 @@ def test_sizes_repeat_each_group_and_name_their_runs():
     s = build_sweep(spec)
     assert [(r.name, r.config.model.d_model, r.config.train.steps) for r in s.runs] == [
         ("pre-ln_z0_lr0.001_s1", 16, 10),
+        ("pre-ln_z0_lr0.001_s2", 16, 10),
         ("pre-ln_z1_lr0.001_s1", 32, 20),
+        ("pre-ln_z1_lr0.001_s2", 32, 20),
     ]
     finals = s.final_runs({("pre-ln", 0): 1e-3, ("pre-ln", 1): 1e-3})
     assert [(r.name, r.group, r.size) for r in finals] == [

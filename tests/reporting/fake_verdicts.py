@@ -1,11 +1,11 @@
-"""A tuned sweep as `blocklab compare` lays it out: DIR/verdicts.json (SPEC 10, with the keys the sweep adds:
-title, values, eval_noise, sizes, capped), sweep.json whose `runs` are the final runs and whose `tuning` lists
-the tuning runs, a few run folders of each, and an old run under replaced/.
+"""A tuned sweep as `blocklab compare` lays it out: DIR/verdicts.json (docs/verdicts.md), sweep.json whose `runs`
+are the final runs and whose `tuning` lists the tuning runs, a few run folders of each, and an old run under
+replaced/.
 
 "he" tunes train.lr over (1e-3, 3e-3, 1e-2) on seed 3, final seeds 0 and 1, with two sizes (a frontier):
-Pre-LN the reference (best 3e-3), SAS best at the grid's upper edge and better, SAS-P one final seed. "xiong"
-has Post-LN without warm-up failing at every rate (every point at the cap), Pre-LN without warm-up the
-reference, and Post-LN with warm-up indistinguishable from it.
+Pre-LN the reference (best 3e-3), SAS best at the grid's upper edge (its comparison `at edge`), SAS-P one final
+seed. "xiong" has Post-LN without warm-up failing at every rate and every seed (`fails`), Pre-LN without warm-up
+the reference, and Post-LN with warm-up unresolved against it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ CAP = 5.5
 
 
 def _curve(means, failed=()):
-    """One tuning seed (3) per value; the values in `failed` failed (status diverged, scored the cap)."""
+    """One tuning seed (3) per value; the values in `failed` failed (diverged: no score)."""
     out = []
     for lr, m in zip(LRS, means):
         bad = lr in failed
@@ -28,10 +28,11 @@ def _curve(means, failed=()):
             {
                 "value": lr,
                 "seeds": [3],
-                "scores": [CAP if bad else m],
                 "statuses": ["diverged" if bad else "completed"],
-                "capped": [bad],
-                "mean": CAP if bad else m,
+                "raw": [None if bad else m],
+                "scores": [None if bad else m],
+                "mean": None if bad else m,
+                "extended": False,
             }
         )
     return out
@@ -54,24 +55,53 @@ def _group(
     warmup=None,
 ):
     settings = {"model.block": block} | ({"train.warmup_steps": warmup} if warmup is not None else {})
-    mean = sum(scores) / len(scores)
+    done = [s for s in scores if s is not None]
     return {
         "label": label,
         "settings": settings,
+        "facts": {"block": block, "warmup": bool(warmup) if warmup is not None else True},
         "curve": _curve(means, failed),
         "best": best,
+        "best_completed": trainable is not None,
         "best_at_edge": edge,
         "stable": stable,
         "trainable": trainable,
         "sensitivity": sensitivity,
         "seeds": list(seeds),
+        "statuses": ["completed" if s is not None else "stalled" for s in scores],
+        "raw": list(scores),
         "scores": list(scores),
-        "mean": mean,
-        "sd": 0.07,
+        "failed": sum(s is None for s in scores),
+        "mean": sum(done) / len(done) if done else None,
+        "sd": 0.07 if done else None,
         "ci95": list(ci) if ci else None,
         "n_params": 1000,
         "tokens_per_s": 2000.0,
     }
+
+
+def _comparison(against, difference, ci, family, verdict, p=None, p_holm=None, n=2, failures=(0, 2, 0, 2), **more):
+    return {
+        "against": against,
+        "test": "welch" if ci else None,
+        "correlation": None,
+        "seeds": [0, 1][:n],
+        "n": [n, n],
+        "difference": difference,
+        "se": 0.035 if ci else None,
+        "df": 2.0 if ci else None,
+        "ci95": list(ci) if ci else None,
+        "ci_family": list(family) if family else None,
+        "p": p,
+        "p_holm": p_holm,
+        "failures": list(failures),
+        "p_fail": None,
+        "p_fail_holm": None,
+        "mde80": 0.42 if ci else None,
+        "p_equivalence": 0.3 if ci else None,
+        "family_size": 3,
+        "verdict": verdict,
+    } | more
 
 
 def verdicts() -> dict:
@@ -116,31 +146,21 @@ def verdicts() -> dict:
         "tuned": "train.lr",
         "reference": "pre-ln",
         "tolerance": 0.1,
+        "margin": 0.1,
         "cap": CAP,
         "tuning_runs_reused": False,
+        "tuning_seeds": [3],
         "noise_floor": 0.0707,
-        "min_detectable": 0.31,
+        "pooled_sd": 0.0707,
+        "family_size": 3,
         "values": LRS,
         "eval_noise": 0.004,
+        "eval_noise_paired": True,
         "sizes": [{"model.d_model": 32}, {"model.d_model": 64}],
         "groups": he_groups,
         "comparisons": {
-            "sas": {
-                "against": "pre-ln",
-                "difference": -0.3,
-                "ci95": [-0.45, -0.15],
-                "p": 0.004,
-                "p_holm": 0.012,
-                "verdict": "better",
-            },
-            "sas-p": {
-                "against": "pre-ln",
-                "difference": 0.1,
-                "ci95": None,
-                "p": None,
-                "p_holm": None,
-                "verdict": "one seed",
-            },
+            "sas": _comparison("pre-ln", -0.3, (-0.45, -0.15), (-0.6, 0.0), "at edge", 0.004, 0.012),
+            "sas-p": _comparison("pre-ln", 0.1, None, None, "one seed", n=1, failures=(0, 1, 0, 2)),
         },
         "frontier": {
             g: {
@@ -173,8 +193,8 @@ def verdicts() -> dict:
             trainable=None,
             sensitivity=None,
             edge=None,
-            scores=(CAP, CAP),
-            ci=(CAP, CAP),
+            scores=(None, None),
+            ci=None,
             failed=LRS,
             warmup=0,
         ),
@@ -209,31 +229,22 @@ def verdicts() -> dict:
         "tuned": "train.lr",
         "reference": "pre-ln_wu0",
         "tolerance": 0.1,
+        "margin": 0.1,
         "cap": CAP,
         "tuning_runs_reused": True,
+        "tuning_seeds": [3],
         "noise_floor": 0.0707,
-        "min_detectable": 0.31,
+        "pooled_sd": 0.0707,
+        "family_size": 3,
         "values": LRS,
         "eval_noise": None,
         "sizes": None,
         "groups": xiong_groups,
         "comparisons": {
-            "post-ln_wu0": {
-                "against": "pre-ln_wu0",
-                "difference": 1.75,
-                "ci95": [1.6, 1.9],
-                "p": 0.001,
-                "p_holm": 0.003,
-                "verdict": "worse",
-            },
-            "post-ln_wu": {
-                "against": "pre-ln_wu0",
-                "difference": 0.05,
-                "ci95": [-0.12, 0.22],
-                "p": 0.4,
-                "p_holm": 0.4,
-                "verdict": "indistinguishable",
-            },
+            "post-ln_wu0": _comparison(
+                "pre-ln_wu0", None, None, None, "fails", n=0, failures=(2, 2, 0, 2), p_fail=0.11, p_fail_holm=0.22
+            ),
+            "post-ln_wu": _comparison("pre-ln_wu0", 0.05, (-0.12, 0.22), (-0.28, 0.38), "unresolved", 0.4, 0.4),
         },
     }
     claims = [

@@ -5,13 +5,25 @@ from blocklab.reporting.secondary_words import metric_name, secondary_table
 
 
 def exp():
-    comp = {"verdict": "better", "difference": 5.1, "ci95": [4.5, 5.7], "p": 0.001, "p_holm": 0.004, "n": [3, 3]}
+    comp = {
+        "verdict": "better",
+        "test": "paired",
+        "correlation": 0.5,
+        "difference": 5.1,
+        "ci95": [4.5, 5.7],
+        "ci_family": [4.3, 5.9],
+        "p": 0.001,
+        "p_holm": 0.001,
+        "n": [3, 3],
+        "failures": [0, 3, 0, 3],
+    }
     group = {"seeds": [0, 1, 2], "scores": [25.0, 25.3, 24.9], "mean": 25.07, "sd": 0.2, "ci95": [24.5, 25.6]}
     ref = {"seeds": [0, 1, 2], "scores": [20.0, 20.5, 19.8], "mean": 20.1, "sd": 0.36, "ci95": [19.2, 21.0]}
     return {
         "reference": "pre-ln",
         "groups": {"pre-ln": {"label": "Pre-LN"}, "sas-p": {"label": "SAS-P"}},
-        "comparisons": {"sas-p": {"verdict": "indistinguishable", "p_holm": 0.5}},
+        "comparisons": {"sas-p": {"verdict": "unresolved", "p_holm": 0.5}},
+        "family_size": 3,
         "secondary": {
             "final_bleu": {
                 "lower_is_better": False,
@@ -27,9 +39,9 @@ def test_each_group_gets_its_mean_and_its_worded_comparison():
     table = secondary_table(exp(), "x")
     assert [r[:2] for r in table.rows] == [["BLEU", "Pre-LN"], ["BLEU", "SAS-P"]]
     assert table.rows[0][3] == "reference"
-    assert table.rows[1][2] == "25.07 [24.50, 25.60] (n=3)"
-    assert table.rows[1][3] == "better: +5.10 [+4.50, +5.70] (n=3 vs 3), p_holm 0.004"
-    assert "BLEU 0" in table.notes[0] and "Holm" in table.notes[0]
+    assert table.rows[1][2] == "25.07 [24.50, 25.60] (3 completed)"
+    assert table.rows[1][3] == "better: +5.10, family interval [+4.30, +5.90] (paired, 3 seeds, r 0.50), p_holm 0.001"
+    assert "BLEU: zero" in table.notes[0] and "family of its own" in table.notes[0]
 
 
 def test_no_secondary_metrics_no_table():
@@ -38,6 +50,6 @@ def test_no_secondary_metrics_no_table():
     assert secondary_table(e, "x") is None
 
 
-def test_metric_names_and_the_holm_count_include_secondary_comparisons():
+def test_metric_names_and_the_family_size_as_recorded():
     assert metric_name("finetune:wrong-operator") == "wrong-operator (fine-tuned dev score)"
-    assert RV.tested_comparisons(RV.Verdicts({"experiments": {"e": exp()}}, None, True)) == 2
+    assert RV.family_size(RV.Verdicts({"experiments": {"e": exp()}}, None, True)) == 3

@@ -33,7 +33,7 @@ def test_sensitivity_one_line_per_group_on_a_log_axis():
     assert to_hex(curves["pre-ln_wu0"].get_color()) == block_colour("pre-ln").lower()
     assert curves["post-ln_wu0"].get_linestyle() != curves["post-ln_wu"].get_linestyle()
     assert [ln.get_ydata()[0] for ln in ax.lines if ln.get_gid() == "cap"] == [CAP]
-    assert "cap: unigram loss 5.5 (failed runs score this)" in ax.get_legend_handles_labels()[1]
+    assert "cap: unigram loss 5.5 (a run ending near it failed)" in ax.get_legend_handles_labels()[1]
     # capped seeds drawn at the cap with an x: all three of the failed group, the last value of the warm-up one
     capped = by_gid(ax.collections, "capped:")
     assert sorted(capped) == ["post-ln_wu", "post-ln_wu0"]
@@ -43,7 +43,9 @@ def test_sensitivity_one_line_per_group_on_a_log_axis():
     # the best starred, except for the group whose best mean is the cap (no best there)
     best = by_gid(ax.collections, "best:")
     assert sorted(best) == ["post-ln_wu", "pre-ln_wu0"] and np.allclose(best["pre-ln_wu0"].get_offsets(), [[3e-3, 3.7]])
-    assert ax.get_title() == "Final eval loss against train.lr, each group tuned on seed 3 (star: best; x: capped)"
+    assert (
+        ax.get_title() == "Final eval loss against train.lr, each group tuned on seed 3 (star: best; x: a failed seed)"
+    )
 
 
 def test_band_spans_the_seeds():

@@ -70,13 +70,13 @@ def test_verdict_table_prints_every_verdict_with_its_numbers(report):
     vs = table.columns[-1]
     assert vs.startswith("against Pre-LN") and he["Pre-LN"][vs] == "reference"
     assert he["SAS"][vs] == (
-        "better: -0.30 [-0.45, -0.15] (n=2 vs 2), p_holm 0.012; a best at the grid's edge: not a verdict"
+        "at edge: -0.30, family interval [-0.60, +0.00] (welch, 2 seeds), p_holm 0.012; a best at the grid's edge: "
+        "not a verdict"
     )
     assert he["SAS"]["best lr"] == "0.01 (grid edge)" and he["Pre-LN"]["best lr"] == "0.003"
-    assert he["SAS-P"][vs] == "one seed: +0.10 (n=1 vs 2), no interval, untested (outside Holm's correction)"
-    assert he["Pre-LN"][table.columns[6]] == "3.55 [2.91, 4.19] (n=2)" and he["SAS-P"][table.columns[6]].endswith(
-        "(n=1, no interval)"
-    )
+    assert he["SAS-P"][vs] == "one seed: +0.10, no interval (untested, 1 seed), untested (outside the family)"
+    assert he["Pre-LN"][table.columns[6]] == "3.55 [2.91, 4.19] (2 completed)"
+    assert he["SAS-P"][table.columns[6]].endswith("(1 completed, no interval)")
     assert he["Pre-LN"]["stable range"] == "0.003 only" and he["Pre-LN"]["trainable range"] == "0.001 to 0.01"
     assert he["SAS"]["settings"] == "block sas" and he["Pre-LN"]["sensitivity"] == "0.20"
     assert any(
@@ -85,14 +85,17 @@ def test_verdict_table_prints_every_verdict_with_its_numbers(report):
     )
     xiong, table = rows_by_group(report, "xiong")
     failed = xiong["Post-LN, no warm-up"]
-    assert failed["settings"] == "block post-ln, warmup_steps 0" and failed["best lr"] == "none (the cap everywhere)"
+    assert failed["settings"] == "block post-ln, warmup_steps 0"
+    assert failed["best lr"] == "none (failed at every value); final seeds at 0.001"
     assert (failed["stable range"], failed["trainable range"], failed["sensitivity"]) == ("—", "none", "—")
-    assert failed[table.columns[-1]] == "worse: +1.75 [+1.60, +1.90] (n=2 vs 2), p_holm 0.003"
-    assert xiong["Post-LN, warm-up 60"][table.columns[-1]].startswith("indistinguishable: +0.05 [-0.12, +0.22]")
-    assert any("Scored the cap at every value tried" in n and "Post-LN, no warm-up" in n for n in table.notes)
-    for word in ("better", "worse", "indistinguishable", "one seed"):  # never a verdict word without its numbers
+    assert failed[table.columns[6]] == "— (0 completed, 2 failed)"
+    assert failed[table.columns[-1]] == "fails: no difference (seeds 2 vs 2); failed 2/2 against 0/2, p_fail_holm 0.220"
+    unresolved = xiong["Post-LN, warm-up 60"][table.columns[-1]]
+    assert unresolved.startswith("unresolved: +0.05, family interval [-0.28, +0.38]") and "mde80 0.42" in unresolved
+    assert any("No value completed on every tuning seed" in n and "Post-LN, no warm-up" in n for n in table.notes)
+    for word in ("better", "worse", "equivalent", "unresolved", "at edge"):  # never a word without its numbers
         for cell in re.findall(rf"{word}: [^|<]*", report.md_path.read_text() + report.html_path.read_text()):
-            assert re.match(rf"{word}: [+-]\d", cell) and "(n=" in cell
+            assert re.match(rf"{word}: [+-]\d", cell) and "interval" in cell and "seeds" in cell
 
 
 def test_tables_are_html_tables_and_markdown_pipes(report):
@@ -110,10 +113,9 @@ def test_tables_are_html_tables_and_markdown_pipes(report):
 def test_numbers_paragraph(report):
     _, table = rows_by_group(report, "he")
     numbers = table.notes[-1]
-    assert "Noise floor: 0.07, the standard deviation of the reference (Pre-LN) over its 2 final seeds." in numbers
-    # three tested comparisons in the sweep: SAS (he), both of xiong's; SAS-P's one seed is outside Holm's
-    assert "Smallest detectable difference: 0.31, the half-width of a Welch interval at level 1 - 0.05/3" in numbers
-    assert "Eval noise: 0.004" in numbers and "17.7 times below the noise floor" in numbers
+    assert "Noise floor: 0.07, the standard deviation of the reference (Pre-LN) over its completed" in numbers
+    assert "Family: 3 tests of the sweep's primary metric" in numbers and "level 0.05/3" in numbers
+    assert "Eval noise: 0.004" in numbers and "0.06 of the spread over seeds: below a third" in numbers
     assert "Tuning runs reused as final seeds: no" in numbers
     _, table = rows_by_group(report, "xiong")
     assert "Eval noise: not recorded." in table.notes[-1] and "reused as final seeds: yes" in table.notes[-1]

@@ -6,15 +6,23 @@ import argparse
 import sys
 
 SWEEP_FORMAT = """\
-SWEEP.toml:
+SWEEP.toml (docs/sweeps.md has every field):
   name = "my-sweep"
   description = "..."
-  seeds = [0, 1]        # optional: the final seeds; the verdicts give mean, 95% interval and a corrected test
+  seeds = [0, 1, 2, 3, 4]   # final seeds (default 5 for a tuned sweep), or "auto" (see [power])
   [tune]                # optional: each group at its own best value of one setting ([experiments.NAME.tune]
   key = "train.lr"      # for one experiment); the final seeds then run at each group's best
   values = [1e-3, 3e-3, 1e-2]   # or min = 1e-4, max = 1e-2, points = 5 (log-spaced)
-  seeds = [2]           # tuning seeds (default: max(seeds) + 1, kept apart from the final seeds)
-  tolerance = 0.1       # nats: the stable and trainable ranges
+  seeds = [5, 6]        # tuning seeds (default: the two integers after max(seeds))
+  tolerance = 0.1       # ranges; a run not ending this far past the unigram cap failed
+  extend = 2            # a best at a grid edge adds up to this many values beyond it
+  [compare]             # optional ([experiments.NAME.compare] for one experiment)
+  margin = 0.1          # equivalence and non-inferiority margin, in the metric's units
+  [power]               # with seeds = "auto": the count of final seeds for this power
+  mde = 0.1
+  power = 0.8
+  min_seeds = 3
+  max_seeds = 10
   [[sizes]]             # optional, repeatable: the whole sweep at each size (dotted settings), then a
   "model.d_model" = 64  # frontier of loss against training FLOPs per group
   "train.steps" = 100
@@ -41,6 +49,13 @@ SWEEP.toml:
   # Several experiments in one sweep, each its own report section (tables, figures, target):
   # [experiments.NAME] with title, description and target_run (then no top-level target_run);
   # experiment = "NAME" on every [[runs]] entry, and grid_experiment = "NAME" for the [grid] runs.
+
+Verdicts (docs/verdicts.md): a run completes with a score or fails (diverged, stalled, or ended within
+tolerance of the unigram cap); failures are counted, never scored. Each group is compared with its
+experiment's reference on the seeds both completed, paired by seed (4 or more) or by Welch, with Boschloo's
+test of the failure rates; Holm over the sweep's family; words: fails, fails more often, one seed, at edge,
+better, worse, equivalent (two one-sided tests against the margin), unresolved (with mde80, the difference
+the test would have seen with 80% power).
 """
 
 
@@ -54,12 +69,13 @@ def add_parser(sub) -> None:
         "compare",
         help="train several configurations side by side and write a report",
         description="Run a sweep (a preset or a SWEEP.toml) and say which block is better, by how much and how "
-        "sure: each group at its own best learning rate (or other tuned setting) on tuning seeds, then "
-        "its final seeds there; DIR/verdicts.json holds every group's curve, best value, stable and "
-        "trainable ranges, mean and 95% interval, and each comparison against the experiment's "
-        "reference (Welch, Holm-corrected across the sweep). Every run is an ordinary training run in "
+        "sure: each group at its own best learning rate (or other tuned setting) on two tuning seeds (a best "
+        "at the grid's edge extends the grid), then its final seeds there; DIR/verdicts.json holds every "
+        "group's curve, best value, stable and trainable ranges, failures, mean and 95% interval, and each "
+        "comparison against the experiment's reference (paired by seed, Holm-corrected across the sweep, "
+        "with its family interval and mde80). Every run is an ordinary training run in "
         "DIR/runs/NAME, so an interrupted sweep continues where it stopped when the same command is "
-        "run again; a diverged or stalled run scores the cap and the sweep goes on. A stored run whose "
+        "run again; a diverged or stalled run is counted as failed and the sweep goes on. A stored run whose "
         "settings differ from what the sweep now asks is never reused: compare refuses, or with "
         "--rerun-changed moves it to DIR/replaced/. Then the init probes (if the sweep has them) and "
         "`blocklab report DIR`. Dotted overrides (--train.steps 50) apply to every run, over every "
@@ -74,7 +90,8 @@ def add_parser(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the runs and exit without training (needs no --out)")
     p.add_argument(
         "--seeds",
-        help="comma-separated final seeds replacing the sweep's, e.g. 3,4 (the default tuning seed follows: max + 1)",
+        help="comma-separated final seeds replacing the sweep's, e.g. 5,6,7,8,9 (the default tuning seeds follow: "
+        "the two integers after the largest), or auto (the count chosen by the sweep's [power] table)",
     )
     p.add_argument(
         "--jobs",
@@ -153,15 +170,19 @@ def _log(*parts) -> None:
     print(*parts, file=sys.stderr, flush=True)
 
 
-def _seeds(text: str) -> list[int]:
+def _seeds(text: str) -> list[int] | str:
     from blocklab.errors import UserError
 
+    if text.strip() == "auto":
+        return "auto"
     try:
         seeds = [int(x) for x in text.split(",")]
     except ValueError:
         seeds = []
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise UserError(f"--seeds {text!r} is not valid; give distinct integers >= 0 separated by commas, e.g. 3,4")
+        raise UserError(
+            f"--seeds {text!r} is not valid; give distinct integers >= 0 separated by commas, e.g. 5,6,7,8,9, or auto"
+        )
     return seeds
 
 
@@ -178,28 +199,29 @@ def _list(sweep) -> None:
 
 
 def verdict_lines(verdicts: dict) -> list[str]:
-    """The verdicts in a few lines for the terminal: each comparison with its difference, interval and seeds."""
+    """The verdicts in a few lines for the terminal: each comparison's word beside its difference, family
+    interval, test and seeds, failures and what it could have missed; then each claim's status."""
+    from blocklab.reporting.verdict_words import comparison_line
+
     lines = []
     for exp, result in (verdicts.get("experiments") or {}).items():
-        lines.append(f"{exp}: reference {result['groups'][result['reference']]['label']}")
+        family = result.get("family_size")
+        lines.append(
+            f"{exp}: reference {result['groups'][result['reference']]['label']}"
+            + (f" ({family} tests in the family)" if family else "")
+        )
         for name, c in result["comparisons"].items():
             g = result["groups"][name]
-            best = (
-                ""
-                if g.get("best") is None
-                else f" at {result['tuned']} {g['best']:g}"
-                if isinstance(g["best"], float)
-                else f" at {g['best']}"
-            )
-            if c["ci95"] is not None:
-                lines.append(
-                    f"  {g['label']}{best}: {c['verdict']}, difference {c['difference']:+.3f} "
-                    f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], p_holm {c['p_holm']:.2g}, "
-                    f"seeds {c['n'][0]} vs {c['n'][1]}"
-                )
-            else:
-                d = "n/a" if c["difference"] is None else f"{c['difference']:+.3f}"
-                lines.append(f"  {g['label']}{best}: {c['verdict']}, difference {d} (no interval)")
+            best = "" if g.get("best") is None else f" at {short(result['tuned'])} {_value(g['best'])}"
+            lines.append(f"  {g['label']}{best}: {comparison_line(c)}")
     for claim in verdicts.get("claims") or []:
         lines.append(f"claim ({claim['paper']}) {claim['claim']}: {claim['status']}")
     return lines
+
+
+def short(key) -> str:
+    return str(key or "value").rsplit(".", 1)[-1]
+
+
+def _value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

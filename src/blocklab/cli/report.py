@@ -1,8 +1,11 @@
-"""blocklab report DIR [--target-loss X] [--allow-changed]"""
+"""blocklab report DIR [--target-loss X] [--allow-changed] [--rejudge] [--summary]"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+from pathlib import Path
 
 from blocklab.errors import UserError
 
@@ -24,7 +27,9 @@ def add_parser(sub) -> None:
         "is refused (see --allow-changed); planned runs without a folder and folders the plan does not "
         "name are listed at the top of the report. "
         "Prints the paths, the table and what the check found.",
-        epilog="Example: blocklab report demo/ --target-loss 4.5",
+        epilog="Examples: blocklab report demo/ --target-loss 4.5\n"
+        "          blocklab report results/zoo-h100 --rejudge --summary   (no runs needed)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir", metavar="DIR", help="a sweep folder (from blocklab compare), a run folder, or a folder of runs"
@@ -46,20 +51,70 @@ def add_parser(sub) -> None:
         "[changed] with its differing settings, and the verdicts of verdicts.json that rest on it are "
         "left out (they were computed for the planned runs)",
     )
+    p.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="recompute DIR/verdicts.json's verdicts and claims under the current rules from the per-seed "
+        "outcomes it stores (no runs needed), and say what changed; the file it replaces is kept in "
+        "DIR/replaced/ when it differs. The report is then written when DIR holds the runs",
+    )
+    p.add_argument(
+        "--summary",
+        action="store_true",
+        help="write DIR/summary.md: every experiment's verdict table and the claims with their rules, as "
+        "markdown, for any text that states the sweep's results (the numbers come from verdicts.json)",
+    )
     p.set_defaults(func=run)
+
+
+def _rejudge(root: Path) -> None:
+    from blocklab.atomic import write_atomic
+    from blocklab.experiments.rejudge import rejudge
+    from blocklab.experiments.runner import keep_aside
+
+    path = root / "verdicts.json"
+    new, changes = rejudge(root)
+    text = json.dumps(new, indent=2) + "\n"
+    if text == path.read_text():
+        print(f"{path}: unchanged under the current rules")
+        return
+    kept = keep_aside(path, root)
+    write_atomic(path, text)
+    print(f"rejudged {path} (the earlier file: {kept})")
+    for line in changes or ["no verdict word or claim status changed (other fields did)"]:
+        print(f"  {line}")
+
+
+def _summary(root: Path) -> None:
+    from blocklab.atomic import write_atomic
+    from blocklab.reporting.summary import summary_markdown
+    from blocklab.reporting.verdicts import read_verdicts
+
+    v = read_verdicts(root)
+    if v.data is None:
+        raise UserError(v.note or f"{root / 'verdicts.json'} not found: --summary needs a finished sweep's verdicts")
+    write_atomic(root / "summary.md", summary_markdown(v.data))
+    print(f"wrote {root / 'summary.md'}")
 
 
 def run(args) -> int:
     target = args.target_loss
     if target is not None and (not math.isfinite(target) or target <= 0):
         raise UserError(f"--target-loss {target} is not valid; give a positive loss value")
-    from pathlib import Path
-
     from blocklab.atomic import writable_dir
     from blocklab.reporting import generate_report
+    from blocklab.reporting.runs import find_run_dirs
 
-    if Path(args.dir).exists():  # the pages and figures go into DIR: checked before the figures are drawn
+    root = Path(args.dir)
+    if root.exists():  # the pages and figures go into DIR: checked before the figures are drawn
         writable_dir(args.dir, "report folder")
+    if args.rejudge:
+        _rejudge(root)
+    if args.summary:
+        _summary(root)
+    if (args.rejudge or args.summary) and not find_run_dirs(root):
+        print(f"{root} holds no run folders: its report is left as it was")
+        return 0
 
     report = generate_report(args.dir, target, allow_changed=args.allow_changed)
     print(f"wrote {report.html_path}")

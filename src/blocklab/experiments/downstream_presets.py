@@ -15,6 +15,8 @@ fine-tune on MRPC and RTE; here two code tasks). Their claim: Pre-LN reaches Pos
 
 from __future__ import annotations
 
+from blocklab.experiments.protocol import PRESET_SEEDS, planned_runs
+
 CODE_TASKS = ["exception-type", "variable-misuse", "wrong-operator", "swapped-operand", "docstring-mismatch"]
 
 # He & Hofmann Table 1 (crammed BERT, 24 h): GLUE score, parameters, speed relative to Pre-LN, as the
@@ -42,11 +44,11 @@ HE_BERT = {
     "name": "he-bert",
     "description": "He & Hofmann (2024) Table 1 at CPU scale: six blocks pre-trained as masked LMs on the Python "
     "standard library at equal steps (4 layers, d=128, beta_FF 0.05, AdamW, each block at its own best "
-    "lr of 3e-4/1e-3/3e-3, two seeds), then each fine-tuned on the five CuBERT code tasks (3 epochs, "
+    "lr of 3e-4/1e-3/3e-3, five seeds), then each fine-tuned on the five CuBERT code tasks (3 epochs, "
     "at most 1,000 examples each, 3 seeds).",
-    "expected_cost": "30 pre-training runs of 600 steps (about 4 minutes each) and 180 fine-tuning runs of about "
-    "100 steps (about 25 s each): about 3.5 hours on 2 idle CPU cores",
-    "seeds": [0, 1],
+    "expected_cost": f"{planned_runs(6, 3)} pre-training runs of 600 steps (about 4 minutes each) and 450 fine-tuning "
+    "runs of about 100 steps (about 25 s each): about 7.5 hours on 2 idle CPU cores",
+    "seeds": PRESET_SEEDS,
     "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},
     "target_run": "pre-ln",
     "reference": HE_TABLE1,
@@ -73,11 +75,11 @@ HE_BERT_GPU = {
     "description": "He & Hofmann (2024) Table 1 on a GPU: crammed-BERT-sized encoders (16 layers, d=768, 12 heads, "
     "MLP 3072, T=128) pre-trained on the whole Python environment, bf16, beta_FF 0.05, then fine-tuned "
     "on the five code tasks for 5 epochs, 3 seeds (their fine-tuning recipe's length); each block at its "
-    "own best lr of 3e-4/1e-3/3e-3, two pre-training seeds.",
-    "expected_cost": "30 pre-training runs; each 20k steps x 256 x 128 = 655M tokens, about 4e17 FLOPs: roughly 20 "
-    "minutes on one H100 at 40% bf16 utilisation (an estimate from the FLOP count, not a "
-    "measurement), then 180 fine-tuning runs (12 encoders x 5 tasks x 3 seeds) of a few minutes each",
-    "seeds": [0, 1],
+    "own best lr of 3e-4/1e-3/3e-3, five pre-training seeds.",
+    "expected_cost": f"{planned_runs(6, 3)} pre-training runs; each 20k steps x 256 x 128 = 655M tokens, about 4e17 "
+    "FLOPs: roughly 20 minutes on one H100 at 40% bf16 utilisation (an estimate from the FLOP count, not a "
+    "measurement), then 450 fine-tuning runs (30 encoders x 5 tasks x 3 seeds) of a few minutes each",
+    "seeds": PRESET_SEEDS,
     "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},
     "target_run": "pre-ln",
     "reference": HE_TABLE1,
@@ -125,11 +127,11 @@ XIONG_BERT = {
     "name": "xiong-bert",
     "description": "Xiong et al. (2020) Fig. 4 at CPU scale: masked-LM pre-training (6 layers, d=128, LayerNorm) of "
     "Post-LN with a 10% warm-up, Post-LN without, and Pre-LN without warm-up, each at its own best lr "
-    "of 1e-4/3e-4/1e-3, two seeds, linear decay; the checkpoints of steps 200/400/600/800 fine-tuned "
+    "of 1e-4/3e-4/1e-3, five seeds, linear decay; the checkpoints of steps 200/400/600/800 fine-tuned "
     "on two code tasks, 2 seeds.",
-    "expected_cost": "15 pre-training runs of 800 steps (about 7 minutes each) and 96 fine-tuning runs of about 100 "
-    "steps (about 25 s each): about 2.5 hours on 2 idle CPU cores",
-    "seeds": [0, 1],
+    "expected_cost": f"{planned_runs(3, 3)} pre-training runs of 800 steps (about 7 minutes each) and 240 fine-tuning "
+    "runs of about 100 steps (about 25 s each): about 5.5 hours on 2 idle CPU cores",
+    "seeds": PRESET_SEEDS,
     "tune": {"key": "train.lr", "values": [1e-4, 3e-4, 1e-3]},
     "target_run": "post-ln_warmup",
     "base": {

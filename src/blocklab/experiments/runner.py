@@ -12,7 +12,7 @@ from blocklab.errors import UserError
 from blocklab.experiments.jobs import run_many
 from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
-from blocklab.experiments.verdicts import choose_best, compute_verdicts
+from blocklab.experiments.verdicts import choose_best, compute_verdicts, extension_runs, seed_counts
 from blocklab.training.trackers import require
 
 FINISHED = ("completed", "diverged", "stalled")  # kept as they are when the sweep is run again
@@ -48,7 +48,16 @@ def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print
     # sweep's until the sweep has run to its end and written its own.
     verdicts = out / "verdicts.json"
     if verdicts.is_file():
-        verdicts.rename(_free(out / "replaced", "verdicts", ".json"))
+        keep_aside(verdicts, out)
+
+
+def keep_aside(path: Path, out: Path) -> Path:
+    """Move `path` into DIR/replaced/ under a name nothing holds yet; returns where it went."""
+    stem, suffix = path.name.rsplit(".", 1) if "." in path.name else (path.name, "")
+    target = _free(out / "replaced", stem, f".{suffix}" if suffix else "")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path.rename(target)
+    return target
 
 
 def _free(folder: Path, stem: str, suffix: str = "") -> Path:
@@ -120,6 +129,41 @@ def _train_phase(
     return status
 
 
+def _tune_phase(sweep: Sweep, out: Path, jobs, progress, log, results: dict, rerun_changed: bool) -> str:
+    """Runs beyond a grid edge where a group's best sits on it (up to each tune's `extend` values a side), until
+    no best is at an edge that may still move: each added value joins the sweep's tuning runs."""
+    while True:
+        extra = [r for r in extension_runs(sweep, out) if r.name not in {x.name for x in sweep.runs}]
+        if not extra:
+            return "completed"
+        for value in dict.fromkeys(r.value for r in extra):
+            groups = sorted({r.group for r in extra if r.value == value})
+            log(f"grid edge: {', '.join(groups)} best at an edge; adding {_value(value)} beyond it")
+        check_changed(extra, out, rerun_changed, log)
+        sweep.runs += extra
+        write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, sweep.final_runs({})), indent=2) + "\n")
+        if _train_phase(extra, sweep.name, out, jobs, progress, log, results, sweep.n_runs) == "interrupted":
+            return "interrupted"
+
+
+def _final_phase(sweep: Sweep, out: Path, finals, jobs, progress, log, results: dict, rerun_changed: bool) -> str:
+    known = {r.name for r in sweep.runs}
+    extra = [r for r in finals if r.name not in known]
+    check_changed(extra, out, rerun_changed, log)
+    write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, finals), indent=2) + "\n")
+    return _train_phase(extra, sweep.name, out, jobs, progress, log, results, sweep.n_runs)
+
+
+def _log_best(sweep: Sweep, best: dict, log) -> None:
+    for (group, size), value in best.items():
+        key = next(sweep.tune_of(g).key for g in sweep.groups if g.name == group)
+        log(f"tuned: {group}{'' if size is None else f' (size {size})'} best at {key} = {_value(value)}")
+
+
+def _value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def run_sweep(
     sweep: Sweep, out: str | Path, progress: bool | None = None, log=print, jobs: int = 1, rerun_changed: bool = False
 ) -> dict:
@@ -138,21 +182,25 @@ def run_sweep(
     if _train_phase(sweep.runs, sweep.name, out, jobs, progress, log, results, total) == "interrupted":
         log("sweep interrupted; run the same command again to continue")
         return {"status": "interrupted", "runs": results, "finals": finals}
+    counts: dict = {}
     if sweep.tuned:
+        if _tune_phase(sweep, out, jobs, progress, log, results, rerun_changed) == "interrupted":
+            log("sweep interrupted; run the same command again to continue")
+            return {"status": "interrupted", "runs": results, "finals": finals}
         best = choose_best(sweep, out)
+        _log_best(sweep, best, log)
         finals = sweep.final_runs(best)
-        for (group, size), value in best.items():
-            log(
-                f"tuned: {group}{'' if size is None else f' (size {size})'} best at "
-                f"{next(t.key for t in [sweep.tune_of(g) for g in sweep.groups if g.name == group])} = {value:g}"
-                if isinstance(value, float)
-                else f"tuned: {group} best at {value}"
-            )
-        known = {r.name for r in sweep.runs}
-        extra = [r for r in finals if r.name not in known]
-        check_changed(extra, out, rerun_changed, log)
-        write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, finals), indent=2) + "\n")
-        if _train_phase(extra, sweep.name, out, jobs, progress, log, results, total) == "interrupted":
+        status = _final_phase(sweep, out, finals, jobs, progress, log, results, rerun_changed)
+        if status == "completed" and sweep.auto:
+            counts = seed_counts(sweep, out, finals)
+            for exp, found in counts.items():
+                log(
+                    f"seeds: {exp or sweep.name} needs {found['seeds']} final seeds ({found['why']}; pooled sd "
+                    f"{_f(found['pooled_sd'])} over the first {sweep.power.min_seeds}, mde {found['mde']:g})"
+                )
+            finals = sweep.final_runs(best, {e: c["seeds"] for e, c in counts.items()})
+            status = _final_phase(sweep, out, finals, jobs, progress, log, results, rerun_changed)
+        if status == "interrupted":
             log("sweep interrupted; run the same command again to continue")
             return {"status": "interrupted", "runs": results, "finals": finals}
     if sweep.finetune is not None:
@@ -167,7 +215,7 @@ def run_sweep(
         run_evals(sweep.evaluation, finals, out, log)
     _note_leftovers(sweep, finals, out, log)
     run_stream_probes(finals, out, log)  # before the verdicts: mHC's claim reads them
-    verdicts = compute_verdicts(sweep, out, finals)
+    verdicts = compute_verdicts(sweep, out, finals, counts)
     write_atomic(out / "verdicts.json", json.dumps(verdicts, indent=2) + "\n")
     return {"status": "completed", "runs": results, "finals": finals, "verdicts": verdicts}
 

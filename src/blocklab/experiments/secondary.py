@@ -1,16 +1,17 @@
-"""Secondary metrics of a sweep's verdicts (SPEC 10): what a group is for beyond its pre-training loss.
+"""Secondary metrics of a sweep's verdicts (docs/verdicts.md): what a group is for beyond its pre-training loss.
+Each forms a family of its own; a run's outcome on it is `completed` with its score, or failed.
 
-- `final_bleu`: a translation run's BLEU at the end of its schedule (higher is better; a failed run
-  scores the cap, 0).
+- `final_bleu`: a translation run's BLEU at the end of its schedule (higher is better; the cap is 0 BLEU: a
+  run whose training failed, or that ends at 0 BLEU, failed on it).
 - `eval:TASK/METRIC`: an evaluation stage's harness score (experiments/evaluation.py) of each completed
   final run on its exported model; lower or higher is better as the harness says (bits per byte: lower).
 - `finetune:TASK`: a fine-tuning stage's dev score on TASK, one score per pre-training seed: the mean
-  over that run's fine-tuning seeds, from its final checkpoint (or the latest of the stage's `steps`).
-  The cap is the task's majority-class score: a run whose pre-training failed, or whose fine-tunes
-  all failed or ended below the majority class, scores it.
+  over that run's completed fine-tuning seeds, from its final checkpoint (or the latest of the stage's
+  `steps`). The cap is the task's majority-class score: a run whose pre-training failed, or whose fine-tunes
+  all failed or ended at or below the majority class, failed on it.
 
-The best tuned value is chosen on the primary metric only; these metrics are scored at it, compared
-with the reference by Welch and join the sweep's Holm family.
+The best tuned value is chosen on the primary metric only; these metrics are scored at it and compared with
+the reference seed by seed, as the primary metric is.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import math
 import statistics
 from pathlib import Path
 
-from blocklab import stats
 from blocklab.experiments.downstream import stage_dir
 from blocklab.experiments.sweep import RunSpec, Sweep
 
@@ -38,46 +38,39 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def bleu_score(summary: dict | None) -> float | None:
-    """A final run's BLEU score: its final BLEU when it completed, the cap (0) when it failed, None while
-    it has no summary."""
-    if summary is None:
-        return None
-    value = summary.get(BLEU)
-    return float(value) if summary.get("status") == "completed" and _finite(value) else 0.0
+def _record(runs: list[RunSpec], summaries, values) -> dict:
+    """{"seeds", "statuses", "raw"}: a run's status is its training status (so a failed pre-training fails this
+    metric too), `missing` where it has no value yet; judge classifies the rest against the cap."""
+    statuses, raw = [], []
+    for s, v in zip(summaries, values):
+        status = (s or {}).get("status") or "missing"
+        statuses.append(status if status not in ("completed", "plateau") or _finite(v) else "missing")
+        raw.append(float(v) if _finite(v) else None)
+    return {"seeds": [r.seed for r in runs], "statuses": statuses, "raw": raw}
 
 
-def finetune_score(result: dict | None, cap: float | None) -> float | None:
-    """One pre-training run's score on a task: the mean over its completed fine-tuning seeds, the cap
-    where pre-training failed (skipped), every fine-tune failed or the mean is below the cap; None while
-    the stage has not run."""
-    if result is None or (result.get("status") == "interrupted" and not result.get("scores")):
+def finetune_value(result: dict | None) -> float | None:
+    """One pre-training run's score on a task: the mean over its completed fine-tuning seeds (None when none
+    completed: the run fails the task, as one at or below the majority class does)."""
+    if not result:
         return None
     ok = [
         s
         for s, status in zip(result.get("scores") or [], result.get("statuses") or [])
         if status == "completed" and _finite(s)
     ]
-    if not ok:
-        return cap if cap is not None else None
-    mean = statistics.fmean(ok)
-    return cap if cap is not None and mean < cap else mean
+    return statistics.fmean(ok) if ok else None
 
 
-def _entry(runs: list[RunSpec], scores: list[float | None]) -> dict:
-    pairs = [(r.seed, s) for r, s in zip(runs, scores) if s is not None]
-    values = [s for _, s in pairs]
-    mean, sd = stats.mean_sd(values) if values else (None, None)
-    return {
-        "seeds": [seed for seed, _ in pairs],
-        "scores": values,
-        "mean": mean,
-        "sd": sd,
-        "ci95": stats.t_interval(values) if len(values) > 1 else None,
-    }
+def _finetune_status(result: dict | None, summary: dict | None) -> str:
+    if result is None or (result.get("status") == "interrupted" and not result.get("scores")):
+        return "missing"
+    if (summary or {}).get("status") not in ("completed", None):
+        return summary["status"]
+    return "completed" if finetune_value(result) is not None else "plateau"
 
 
-def eval_metrics(stage, out: Path, finals_by_group: dict[str, list[RunSpec]]) -> dict:
+def eval_metrics(stage, out: Path, finals_by_group: dict[str, list[RunSpec]], summaries) -> dict:
     """`eval:TASK/METRIC` entries: the harness's value on each final run's stored evaluation (no cap: a run
     that did not complete was not evaluated and has no score)."""
     from blocklab.experiments.evaluation import chosen_metrics, lower_is_better, metric_value, stored_records
@@ -93,17 +86,18 @@ def eval_metrics(stage, out: Path, finals_by_group: dict[str, list[RunSpec]]) ->
             "cap": None,
             "limit": stage.limit,
             "groups": {
-                g: _entry(runs, [metric_value(records[r.name], task, metric) for r in runs])
+                g: _record(
+                    runs, [summaries(r) for r in runs], [metric_value(records[r.name], task, metric) for r in runs]
+                )
                 for g, runs in finals_by_group.items()
             },
-            "comparisons": {},
         }
     return metrics
 
 
 def secondary_metrics(sweep: Sweep, out: Path, finals_by_group: dict[str, list[RunSpec]], summaries) -> dict:
-    """{metric: {"lower_is_better", "cap", "groups": {group: {seeds, scores, mean, sd, ci95}}, "comparisons": {}}}
-    for the metrics these groups' final runs have. `summaries(run)` reads a run's summary.json."""
+    """{metric: {"lower_is_better", "cap", "groups": {group: {seeds, statuses, raw}}}} for the metrics these
+    groups' final runs have. `summaries(run)` reads a run's summary.json."""
     metrics: dict = {}
     all_runs = [r for runs in finals_by_group.values() for r in runs]
     if any(BLEU in (summaries(r) or {}) for r in all_runs):
@@ -111,12 +105,12 @@ def secondary_metrics(sweep: Sweep, out: Path, finals_by_group: dict[str, list[R
             "lower_is_better": False,
             "cap": 0.0,
             "groups": {
-                g: _entry(runs, [bleu_score(summaries(r)) for r in runs]) for g, runs in finals_by_group.items()
+                g: _record(runs, [summaries(r) for r in runs], [(summaries(r) or {}).get(BLEU) for r in runs])
+                for g, runs in finals_by_group.items()
             },
-            "comparisons": {},
         }
     if sweep.evaluation is not None:
-        metrics.update(eval_metrics(sweep.evaluation, out, finals_by_group))
+        metrics.update(eval_metrics(sweep.evaluation, out, finals_by_group, summaries))
     stage = sweep.finetune
     if stage is None:
         return metrics
@@ -126,15 +120,15 @@ def secondary_metrics(sweep: Sweep, out: Path, finals_by_group: dict[str, list[R
         if not any(results.values()):
             continue
         caps = [x["majority_baseline"] for x in results.values() if x and _finite(x.get("majority_baseline"))]
-        cap = statistics.median(caps) if caps else None
+        groups = {}
+        for g, runs in finals_by_group.items():
+            statuses = [_finetune_status(results[r.name], summaries(r)) for r in runs]
+            raw = [finetune_value(results[r.name]) for r in runs]
+            groups[g] = {"seeds": [r.seed for r in runs], "statuses": statuses, "raw": raw}
         metrics[f"finetune:{task}"] = {
             "lower_is_better": False,
-            "cap": cap,
+            "cap": statistics.median(caps) if caps else None,
             "step": step,
-            "groups": {
-                g: _entry(runs, [finetune_score(results[r.name], cap) for r in runs])
-                for g, runs in finals_by_group.items()
-            },
-            "comparisons": {},
+            "groups": groups,
         }
     return metrics

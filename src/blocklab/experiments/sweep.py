@@ -15,13 +15,15 @@ from pathlib import Path
 from blocklab.errors import UserError
 from blocklab.experiments.downstream import FinetuneStage, parse_stage
 from blocklab.experiments.evaluation import EvalStage, parse_eval
+from blocklab.experiments.protocol import FINAL_SEEDS, Compare, Power, parse_compare, parse_power
 from blocklab.experiments.tuning import Tune, parse_sizes, parse_tune, value_text
 from blocklab.registry import block_recipe
 from blocklab.training.config import RunConfig, load_config, read_toml
 
 # An experiment's name: it names the report's section ids and figure files (loss_vs_step_NAME.png).
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-EXPERIMENT_KEYS = ("title", "description", "target_run", "tune")
+EXPERIMENT_KEYS = ("title", "description", "target_run", "tune", "compare")
+AUTO = "auto"  # seeds = "auto": the count of final seeds chosen from a first round (experiments/protocol.py)
 SHORT = {
     "model.block": "",
     "train.lr": "lr",
@@ -95,7 +97,7 @@ class Sweep:
     probes: dict | None = None  # arguments of `blocklab probe` (key -> value), run once per sweep
     expected_cost: str = ""
     target_run: str | None = None  # the report's steps-to-target uses this run's final loss (a group name)
-    seeds: list[int] | None = None  # every run repeated once per seed (train.seed), averaged in the report
+    seeds: list[int] | str | None = None  # final seeds (train.seed), or "auto" (experiments/protocol.py)
     finetune: FinetuneStage | None = None  # fine-tune every (mlm) run afterwards (experiments/downstream.py)
     reference: dict | None = None  # the paper's numbers the report sets beside ours (reporting/downstream.py)
     # {name: {"title", "description", "target_run"}}: the experiments the sweep holds, each reported on its own
@@ -106,9 +108,29 @@ class Sweep:
     sizes: list[dict] = field(default_factory=list)  # dotted overrides, one entry per size
     cli: dict = field(default_factory=dict)  # command-line overrides, applied last
     evaluation: EvalStage | None = None  # lm-eval on every completed final (clm) run (experiments/evaluation.py)
+    compares: dict = field(default_factory=dict)  # experiment name (None: the whole sweep) -> Compare
+    power: Power | None = None  # with seeds = "auto"
+    auto_finals: list[int] = field(default_factory=list)  # with seeds = "auto": every final seed it may run
 
     def tune_of(self, group: GroupSpec) -> Tune | None:
         return self.tunes.get(group.experiment, self.tunes.get(None))
+
+    def compare_of(self, experiment: str | None) -> Compare:
+        return self.compares.get(experiment, self.compares.get(None)) or Compare()
+
+    @property
+    def auto(self) -> bool:
+        return self.seeds == AUTO
+
+    def tuning_values(self, group: GroupSpec, size: int | None) -> list:
+        """The values `group` was tuned at: the grid, and the values beyond its edges that a best at an edge
+        added (ascending for numbers)."""
+        tune = self.tune_of(group)
+        key = group_key(group, size)
+        found = list(dict.fromkeys(r.value for r in self.runs if r.phase == "tune" and r.group == key))
+        extra = [v for v in found if v not in tune.values]
+        values = list(tune.values) + extra
+        return sorted(values) if tune.numeric else values
 
     @property
     def tuning_runs(self) -> list[RunSpec]:
@@ -116,8 +138,10 @@ class Sweep:
 
     @property
     def n_runs(self) -> int:
-        """Every run the sweep trains: those known now, and the tuned groups' final runs (the reused ones aside)."""
-        finals = sum(len(self.final_seeds()) for g in self.groups if self.tune_of(g)) * len(self.size_indices())
+        """Every run the sweep trains that is known now: untuned and tuning runs, and the tuned groups' final
+        runs (the reused ones aside; with seeds = "auto", the first round's)."""
+        first = self.power.min_seeds if self.auto else len(self.final_seeds())
+        finals = sum(first for g in self.groups if self.tune_of(g)) * len(self.size_indices())
         return len(self.runs) + finals
 
     @property
@@ -128,21 +152,27 @@ class Sweep:
         return list(range(len(self.sizes))) if self.sizes else [None]
 
     def final_seeds(self) -> list[int | None]:
-        return list(self.seeds) if self.seeds else ([0] if self.tuned else [None])
+        """Every final seed the sweep may run (with seeds = "auto", up to the power table's max_seeds)."""
+        if self.auto:
+            return list(self.auto_finals)
+        return list(self.seeds) if self.seeds else (list(range(FINAL_SEEDS)) if self.tuned else [None])
 
-    def final_runs(self, best: dict) -> list[RunSpec]:
+    def final_runs(self, best: dict, counts: dict | None = None) -> list[RunSpec]:
         """Every group's final runs: untuned groups as listed; a tuned group at best[(group, size)] on the final
-        seeds (plus the tuning seeds when the tune reuses them), skipped while its best is not known."""
+        seeds (plus the tuning seeds when the tune reuses them), skipped while its best is not known. With
+        seeds = "auto", an experiment runs its first counts.get(experiment, min_seeds) seeds."""
         out = []
         for g in self.groups:
             tune = self.tune_of(g)
             for size in self.size_indices():
                 if tune is None:
-                    out += [r for r in self.runs if r.phase == "final" and r.group == _group_key(g, size)]
+                    out += [r for r in self.runs if r.phase == "final" and r.group == group_key(g, size)]
                     continue
                 if (g.name, size) not in best:
                     continue
                 seeds = list(self.final_seeds())
+                if self.auto:
+                    seeds = seeds[: (counts or {}).get(g.experiment, self.power.min_seeds)]
                 if tune.reuse:
                     seeds += [s for s in tune.seeds if s not in seeds]
                 out += [self.make_run(g, size, best[(g.name, size)], seed, "final") for seed in seeds]
@@ -168,7 +198,7 @@ class Sweep:
             name,
             label,
             over,
-            group=_group_key(g, size),
+            group=group_key(g, size),
             group_label=group_label,
             seed=seed,
             experiment=g.experiment,
@@ -205,7 +235,7 @@ class Sweep:
         }
 
 
-def _group_key(g: GroupSpec, size: int | None) -> str:
+def group_key(g: GroupSpec, size: int | None) -> str:
     return g.name if size is None else f"{g.name}_z{size}"
 
 
@@ -255,6 +285,24 @@ def _groups(spec: dict) -> list[GroupSpec]:
     if not groups:
         raise UserError("the sweep defines no runs: give a [grid] and/or [[runs]]")
     return groups
+
+
+def auto_seeds(spec: dict, count: int) -> list[int]:
+    """With seeds = "auto": the final seeds it may run, the first `count` integers that no tuning table names."""
+    tables = [spec.get("tune")] + [
+        m.get("tune") for m in (spec.get("experiments") or {}).values() if isinstance(m, dict)
+    ]
+    taken = {s for t in tables if isinstance(t, dict) for s in t.get("seeds") or [] if isinstance(s, int)}
+    return [s for s in range(count + len(taken)) if s not in taken][:count]
+
+
+def _compares(spec: dict) -> dict:
+    found = {None: parse_compare(spec.get("compare"), "compare")}
+    table = spec.get("experiments")
+    for name, meta in table.items() if isinstance(table, dict) else ():
+        if isinstance(meta, dict) and meta.get("compare") is not None:
+            found[name] = parse_compare(meta["compare"], f"experiments.{name}.compare")
+    return found
 
 
 def _tunes(spec: dict, seeds) -> dict:
@@ -308,6 +356,8 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         "tune",
         "sizes",
         "eval",
+        "compare",
+        "power",
     }
     unknown = sorted(set(spec) - known)
     if unknown:
@@ -317,14 +367,27 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
     cli = extra or {}
     groups = _groups(spec)
     seeds = spec.get("seeds")
-    if seeds is not None:
+    power = None
+    if seeds == AUTO:
+        power = parse_power(spec.get("power"))
+        if not spec.get("tune") and not any(
+            isinstance(m, dict) and m.get("tune") for m in (spec.get("experiments") or {}).values()
+        ):
+            raise UserError(
+                'seeds = "auto" needs a tuned sweep ([tune]): the count is chosen for each group\'s final seeds'
+            )
+    elif spec.get("power") is not None:
+        raise UserError('[power] is used with seeds = "auto" only; give seeds = "auto" or drop [power]')
+    if seeds is not None and seeds != AUTO:
         _check_seeds(seeds)
+    if seeds is not None:
         for g in groups:
             if "seed" in g.overrides.get("train", {}):
                 raise UserError(f"run {g.label!r} sets train.seed; with `seeds` the sweep sets it")
     if "seed" in cli.get("train", {}) and (seeds is not None or spec.get("tune")):
         raise UserError("--train.seed does not go with a sweep's seeds; use --seeds")
-    tunes = _tunes(spec, seeds)
+    finals_for_tuning = auto_seeds(spec, power.max_seeds) if power else (seeds or list(range(FINAL_SEEDS)))
+    tunes = _tunes(spec, finals_for_tuning)
     for g in groups:
         tune = tunes.get(g.experiment, tunes.get(None))
         if tune is not None and tune.option in g.overrides.get(tune.section, {}):
@@ -351,6 +414,9 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         parse_sizes(spec.get("sizes")),
         cli,
         parse_eval(spec.get("eval")),
+        _compares(spec),
+        power,
+        finals_for_tuning if power else [],
     )
     target_run = spec.get("target_run")
     names = [g.name for g in groups]
@@ -450,7 +516,9 @@ def _check_seeds(seeds) -> None:
         or len(set(seeds)) != len(seeds)
         or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)
     ):
-        raise UserError(f"seeds = {seeds!r} is not valid; give a list of distinct integers >= 0, e.g. [0, 1]")
+        raise UserError(
+            f'seeds = {seeds!r} is not valid; give a list of distinct integers >= 0, e.g. [0, 1, 2, 3, 4], or "auto"'
+        )
 
 
 def load_sweep(preset_or_path: str, extra: dict | None = None, seeds: list[int] | None = None) -> Sweep:

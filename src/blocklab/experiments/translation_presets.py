@@ -22,6 +22,7 @@ otherwise). Validation is cut from the training pairs by the hash of each source
 
 from __future__ import annotations
 
+from blocklab.experiments.protocol import PRESET_SEEDS, planned_runs
 from blocklab.experiments.warmup_presets import XIONG_ADAM_LRS, XIONG_SGD_LRS, xiong_arms
 
 _RECIPE = {
@@ -40,10 +41,10 @@ XIONG_IWSLT = {
     "description": "Xiong et al. (2020) on translation at CPU scale: Post-LN vs Pre-LN encoder-decoders, 6+6 layers, "
     "d=128, German-English gettext catalogs, Adam (0.9, 0.98), warm-up 0/50/250 of 500 "
     "steps then inverse-square-root decay, label smoothing 0.1; and the same with SGD (Xiong et al. "
-    "Fig. 2's SGD arm); each group at its own best rate (Adam 2.5e-4..2e-3, SGD 2e-4..2.5e-2), two "
+    "Fig. 2's SGD arm); each group at its own best rate (Adam 2.5e-4..2e-3, SGD 2e-4..2.5e-2), five "
     "seeds; BLEU (greedy) against steps.",
-    "expected_cost": "72 runs of 500 steps x 32 sentence pairs (stalled runs end early): about 4.5 hours on 2 idle "
-    "CPU cores (an estimate: the untuned sweep's 24 runs took 90 minutes)",
+    "expected_cost": f"{planned_runs(12, 4)} runs of 500 steps x 32 sentence pairs (stalled runs end early): about "
+    "10 hours on 2 idle CPU cores (an estimate: the untuned sweep's 24 runs took 90 minutes)",
     "base": {
         "data": {"source": "gettext", "src_lang": "de", "tgt_lang": "en", "vocab_size": 8000, "seq_len": 64},
         "model": {
@@ -64,12 +65,12 @@ XIONG_IWSLT = {
             "inv_sqrt_scale": 250,
             "log_every": 5,
             "eval_every": 100,
-            "eval_batches": 4,
+            "eval_batches": 64,  # at 4 the eval noise was 1.5 times the seed spread (results/warmup-answers-cpu)
             "checkpoint_every": 500,
             "stall_patience": 100,
         },
     },
-    "seeds": [0, 1],
+    "seeds": PRESET_SEEDS,
     **xiong_arms(_BLOCKS, [0, 50, 250], XIONG_ADAM_LRS, XIONG_SGD_LRS),
 }
 
@@ -80,9 +81,10 @@ XIONG_IWSLT_GPU = {
     "description": "Xiong et al. (2020) IWSLT14 setting at full size: Post-LN vs Pre-LN, 6+6 layers, d=512, 4 heads, "
     "FFN 1024, dropout 0.3, label smoothing 0.1, Adam (0.9, 0.98), warm-up 0/500/4000 then "
     "inverse-square-root decay, 20k steps of 128 pairs, and the SGD arm; each group at its own best "
-    "rate (Adam 2.5e-4..2e-3, SGD 2e-4..2.5e-2), two seeds. Default data: gettext; "
+    "rate (Adam 2.5e-4..2e-3, SGD 2e-4..2.5e-2), five seeds. Default data: gettext; "
     "for IWSLT14 pass --data.source iwslt14.tsv (see the module docstring).",
-    "expected_cost": "72 runs of 20k steps x 128 pairs: about 1 GPU-hour each on one H100 (estimate, not measured)",
+    "expected_cost": f"{planned_runs(12, 4)} runs of 20k steps x 128 pairs: about 1 GPU-hour each on one H100 "
+    "(estimate, not measured)",
     "base": {
         "data": {"source": "gettext", "src_lang": "de", "tgt_lang": "en", "vocab_size": 10000, "seq_len": 128},
         "model": {
@@ -104,10 +106,10 @@ XIONG_IWSLT_GPU = {
             "precision": "bf16",
             "log_every": 50,
             "eval_every": 1000,
-            "eval_batches": 8,
+            "eval_batches": 32,
             "checkpoint_every": 2000,
         },
     },
-    "seeds": [0, 1],
+    "seeds": PRESET_SEEDS,
     **xiong_arms(_BLOCKS, [0, 500, 4000], XIONG_ADAM_LRS, XIONG_SGD_LRS),
 }

@@ -1,12 +1,13 @@
-"""A sweep's tuned setting (SPEC 10): which dotted key each group is tuned on, over which grid, with which
+"""A sweep's tuned setting (docs/sweeps.md): which dotted key each group is tuned on, over which grid, with which
 seeds, and the sizes a sweep repeats its experiments at.
 
   [tune]                        # or [experiments.NAME.tune]
   key = "train.lr"
   values = [1e-3, 3e-3, 1e-2]   # or min = 1e-4, max = 1e-2, points = 5 (log-spaced)
-  seeds = [3]                   # default [max(seeds) + 1]: disjoint from the final seeds
+  seeds = [5, 6]                # default: the two integers after max(seeds), disjoint from the final seeds
   reuse = false                 # true: the tuning runs at the best value count as final seeds too
-  tolerance = 0.1               # nats: the stable range, and how far below the cap a trainable run ends
+  tolerance = 0.1               # the stable range, and how far past the cap a run must end to count as trained
+  extend = 2                    # a best at a grid edge adds up to this many values beyond it (same ratio)
 
 Tuning seeds are kept apart from the final seeds by default because choosing the best of several values on
 the same seeds that then judge it flatters a group with a flat curve: the winner's noise is counted as skill.
@@ -22,13 +23,14 @@ from blocklab.errors import ConfigError, UserError
 from blocklab.settings import setting, validate
 
 DEFAULT_TOLERANCE = 0.1
+TUNING_SEEDS = 2  # a value is trainable only where every tuning seed completed: one seed is a coin toss
 DOTTED = 'a dotted setting such as "train.lr"'
 NO_GRID = "none: the grid is values"
 
 
 @dataclass(frozen=True)
 class Tune:
-    """A [tune] table, checked when built: its keys are these fields (SPEC 10's spellings). Once built, `values`
+    """A [tune] table, checked when built: its keys are these fields (docs/sweeps.md). Once built, `values`
     is the grid (from min, max and points when those were given) and `seeds` the tuning seeds (their default
     taken from `final_seeds`, the sweep's); `where` names the table in errors."""
 
@@ -58,7 +60,7 @@ class Tune:
     seeds: tuple[int, ...] | None = setting(
         None,
         help="the tuning seeds",
-        derived="[max(seeds) + 1], apart from the sweep's final seeds",
+        derived="the two integers after max(seeds), apart from the sweep's final seeds",
         min=0,
         nonempty=True,
         distinct=True,
@@ -66,10 +68,16 @@ class Tune:
     reuse: bool = setting(False, help="the tuning runs at the best value also count as final seeds")
     tolerance: float = setting(
         DEFAULT_TOLERANCE,
-        help="the stable range, and how far better than the cap a trainable run ends",
+        help="the stable range, and how far past the cap a run must end to count as trained (else it failed)",
         unit="the metric's units",
         min=0,
         min_exclusive=True,
+    )
+    extend: int = setting(
+        2,
+        help="a best value at the grid's first or last value adds the next value beyond it (same ratio), up to "
+        "this many times on each side, before any final seed",
+        min=0,
     )
     final_seeds: InitVar[Sequence[int] | None] = None
     where: InitVar[str] = "tune"
@@ -99,7 +107,7 @@ class Tune:
         else:
             raise ConfigError(f"{where} needs values = [...] or min, max and points")
         finals = list(final_seeds or [0])
-        seeds = tuple(self.seeds) if self.seeds is not None else (max(finals) + 1,)
+        seeds = tuple(self.seeds) if self.seeds is not None else tuple(max(finals) + 1 + i for i in range(TUNING_SEEDS))
         shared = sorted(set(seeds) & set(finals))
         if shared and not self.reuse:
             raise ConfigError(
@@ -130,6 +138,7 @@ class Tune:
             "seeds": list(self.seeds),
             "reuse": self.reuse,
             "tolerance": self.tolerance,
+            "extend": self.extend,
         }
 
 

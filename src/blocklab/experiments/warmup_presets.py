@@ -10,6 +10,7 @@ learning rate per block as a heat map, and stalled runs (loss at the unigram ent
 
 from __future__ import annotations
 
+from blocklab.experiments.protocol import PRESET_SEEDS, planned_runs
 from blocklab.registry import PUBLIC_BLOCKS as _PUBLIC
 
 BLOCKS = list(_PUBLIC)  # every public block of SPEC sections 2 and 2b
@@ -69,17 +70,17 @@ XIONG_SGD_LRS = [2e-4, 1e-3, 5e-3, 2.5e-2]
 # CPU: 36 runs of 200 steps at 1,024 tokens each, d=64, 4 layers. At lr 1e-3 / 3e-3 and 150 steps
 # this model had barely left the unigram loss, so the rates are 3e-3 and 1e-2:
 # small models take larger rates, and warm-up matters where the rate is high. The unigram plateau
-# of this model can last more than 50 steps before it leaves it, so stall detection keeps its
-# default patience of 100 steps.
+# of this model can last more than 50 steps before it leaves it, so there is no stall rule: every run
+# trains to the end.
 WARMUP = {
     "name": "warmup",
     "description": "Warm-up for every block x warm-up 0/20/80 of 200 steps, each at "
     "its own best AdamW lr of 1e-3/3e-3/1e-2 (He & Hofmann's recipe: linear warm-up and decay), d=64, "
-    "4 layers, on the stdlib corpus, two final seeds.",
-    "expected_cost": f"{15 * len(BLOCKS)} runs of 200 steps at d=64 (stalled runs end early): about "
-    f"{15 * len(BLOCKS) * 2 / 225:.1f} hours on 2 idle CPU cores (an estimate from the untuned sweep's 40 minutes "
-    "for 75 runs)",
-    "seeds": [0, 1],
+    "4 layers, on the stdlib corpus, five final seeds.",
+    "expected_cost": f"{planned_runs(3 * len(BLOCKS), 3)} runs of 200 steps at d=64: about "
+    f"{planned_runs(3 * len(BLOCKS), 3) * 2 / 225:.1f} hours on 2 idle CPU cores (an estimate from the untuned "
+    "sweep's 40 minutes for 75 runs)",
+    "seeds": PRESET_SEEDS,
     "tune": {"key": "train.lr", "values": [1e-3, 3e-3, 1e-2]},
     "base": {
         "data": {"source": "stdlib", "vocab_size": 4096, "seq_len": 64},
@@ -90,9 +91,10 @@ WARMUP = {
             "weight_decay": 0.1,
             "log_every": 5,
             "eval_every": 100,
-            "eval_batches": 4,
+            "eval_batches": 32,
             "checkpoint_every": 200,
-        },  # stall_patience: the default 100 steps
+            "stall_patience": 0,
+        },
     },
     "grid": {"model.block": BLOCKS, "train.warmup_steps": [0, 20, 80]},
 }
@@ -103,9 +105,9 @@ WARMUP_GPU = {
     "name": "warmup-gpu",
     "description": "Warm-up for every block at GPU size: every block x warm-up 0/50/500 of 5000 steps, each at its "
     "own best AdamW lr of 3e-4/1e-3/3e-3, 18 layers, d=512, T=128, batch 128, bf16, on the python "
-    "source, two final seeds.",
-    "expected_cost": f"{15 * len(BLOCKS)} runs of 5000 steps x 16k tokens (82M tokens each): about "
-    f"{round(15 * len(BLOCKS) * 10 / 36)} GPU-hours on one H100 "
+    "source, five final seeds.",
+    "expected_cost": f"{planned_runs(3 * len(BLOCKS), 3)} runs of 5000 steps x 16k tokens (82M tokens each): about "
+    f"{round(planned_runs(3 * len(BLOCKS), 3) * 10 / 36)} GPU-hours on one H100 "
     "(an estimate from the FLOP count, not a measurement)",
     "base": {
         "data": {"source": "python", "vocab_size": 16384, "seq_len": 128},
@@ -119,10 +121,10 @@ WARMUP_GPU = {
             "log_every": 25,
             "eval_every": 500,
             "checkpoint_every": 1000,
-            "stall_patience": 300,
+            "stall_patience": 0,
         },
     },
-    "seeds": [0, 1],
+    "seeds": PRESET_SEEDS,
     "tune": {"key": "train.lr", "values": [3e-4, 1e-3, 3e-3]},
     "grid": {"model.block": BLOCKS, "train.warmup_steps": [0, 50, 500]},
 }

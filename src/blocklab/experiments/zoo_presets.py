@@ -13,6 +13,7 @@ the blocks by how close their best rate lies to it.
 
 from __future__ import annotations
 
+from blocklab.experiments.protocol import PRESET_SEEDS, planned_runs
 from blocklab.registry import PUBLIC_BLOCKS
 
 # SPEC 2b's two options, each on the block its paper puts it in.
@@ -29,18 +30,18 @@ def zoo_runs() -> list[dict]:
 
 
 def zoo(name: str, description: str, cost: tuple[str, float, str], base: dict, lrs: list[float]) -> dict:
-    """A zoo preset: every run of zoo_runs() tuned over `lrs` (one tuning seed), then two final seeds at its
+    """A zoo preset: every run of zoo_runs() tuned over `lrs` (two tuning seeds), then five final seeds at its
     best, against Pre-LN. `cost`: (what one run is, hours per run, the basis of that estimate); the total
     follows the number of blocks."""
     runs = zoo_runs()
-    n = (len(lrs) + 2) * len(runs)
+    n = planned_runs(len(runs), len(lrs))
     what, hours, basis = cost
     return {
         "name": name,
         "description": description,
         "expected_cost": f"{n} runs of {what}: about {n * hours:.1f} {basis}",
         "target_run": "pre-ln",
-        "seeds": [0, 1],
+        "seeds": PRESET_SEEDS,
         "tune": {"key": "train.lr", "values": lrs},
         "base": base,
         "runs": runs,
@@ -50,7 +51,7 @@ def zoo(name: str, description: str, cost: tuple[str, float, str], base: dict, l
 ZOO = zoo(
     "zoo",
     "Every block blocklab offers (`blocklab train --help` lists them with their equations) and the DyT and "
-    "QK-norm options on one causal-LM budget, two seeds: "
+    "QK-norm options on one causal-LM budget, five seeds: "
     "d=128, 4 layers, T=128, batch 16, 200 steps on the stdlib corpus; He & Hofmann's recipe "
     "(AdamW, wd 0.1, 10-step warm-up then linear decay, clip 1) for every block but nGPT (its paper's: "
     "no weight decay, no warm-up); each block at its own best of lr 3e-4..3e-2.",
@@ -70,9 +71,12 @@ ZOO = zoo(
             "warmup_steps": 10,
             "log_every": 5,
             "eval_every": 50,
-            "eval_batches": 8,
+            # 32 batches: at 8 the eval set's own noise (0.078, paired) was 0.58 of the spread over seeds
+            "eval_batches": 32,
             "checkpoint_every": 200,
-            "stall_patience": 50,
+            # He & Hofmann's recipe: these models leave the unigram plateau late (a stall rule with patience 50
+            # cut the H100 zoo's runs at steps 74-97 of 200), so every run trains to the end
+            "stall_patience": 0,
         },
     },
     # Measured on one H100 (results/zoo-h100): over 1e-3..1e-2 Pre-LN, QK-norm and Mix-LN had their best at
@@ -85,7 +89,7 @@ ZOO = zoo(
 ZOO_GPU = zoo(
     "zoo-gpu",
     "The zoo at GPU size: every block, 12 layers, d=768, 12 heads, MLP 3072, T=128, batch "
-    "128, 5000 steps, bf16, compiled, two seeds; He & Hofmann's recipe (AdamW lr 1e-3, wd 0.1, "
+    "128, 5000 steps, bf16, compiled, five seeds; He & Hofmann's recipe (AdamW lr 1e-3, wd 0.1, "
     "5% warm-up, linear decay) for every block but nGPT (no weight decay, no warm-up); each block at "
     "its own best of lr 3e-4, 1e-3, 3e-3.",
     (
@@ -106,7 +110,7 @@ ZOO_GPU = zoo(
             "log_every": 25,
             "eval_every": 500,
             "checkpoint_every": 1000,
-            "stall_patience": 300,
+            "stall_patience": 0,
         },
     },
     [3e-4, 1e-3, 3e-3],
@@ -154,14 +158,14 @@ def depth_experiments(blocks: list[str], depths: list[int], lrs: list[float], ti
 DEPTH = {
     "name": "depth",
     "description": "Depth scaling: Post-LN, Pre-LN, DeepNorm, Mix-LN, LNS, SAS-P and ReZero at 6, 12, 24 and 48 "
-    "layers of d=64 (vocabulary 1024, T=64, batch 16, 300 steps, two seeds) on the stdlib corpus; "
+    "layers of d=64 (vocabulary 1024, T=64, batch 16, 300 steps, five seeds) on the stdlib corpus; "
     "He & Hofmann's recipe (AdamW, wd 0.1, 15-step warm-up then linear decay, clip 1), each block "
     "and depth at its own best of lr 3e-4..3e-2, against Pre-LN at the same depth: which train, which "
     "stall, which diverge, and the loss they reach.",
-    "expected_cost": "196 runs of 300 steps at d=64 (stalled runs end early): about 2 hours on 2 CPU cores (an "
-    "estimate: the 140 runs of the three-rate grid took 6 minutes on one H100, 8 at a time, and 80 minutes "
-    "were estimated for them on 2 CPU cores)",
-    "seeds": [0, 1],
+    "expected_cost": f"{planned_runs(len(DEPTH_BLOCKS) * len(DEPTHS), len(DEPTH_LRS))} runs of 300 steps at d=64: "
+    "about 5 hours on 2 CPU cores (an estimate: the 140 runs of the three-rate grid took 6 minutes on one H100, 8 "
+    "at a time, and 80 minutes were estimated for them on 2 CPU cores)",
+    "seeds": PRESET_SEEDS,
     "base": {
         "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 64},
         "model": {"d_model": 64, "n_heads": 4, "d_ff": 256},
@@ -172,9 +176,12 @@ DEPTH = {
             "warmup_steps": 15,
             "log_every": 5,
             "eval_every": 100,
-            # 16 batches: at 4 the eval loss's own noise (0.037 paired) was above the seed spread (0.01)
-            "eval_batches": 16,
+            # 64 batches: at 16 the eval set's own noise (0.038, paired) was 0.58 of the spread over seeds at 6
+            # layers (at 4 it was above it)
+            "eval_batches": 64,
             "checkpoint_every": 300,
+            # He & Hofmann's recipe: a stall rule with patience 100 cut the H100 depth runs at steps 118-156 of 300
+            "stall_patience": 0,
         },
     },
     **depth_experiments(DEPTH_BLOCKS, DEPTHS, DEPTH_LRS),

@@ -45,7 +45,7 @@ def _entries(sweep: dict) -> list[tuple[str, list[str], dict]]:
     return out
 
 
-def _planned_config(sweep: dict, entry: dict):
+def planned_config(sweep: dict, entry: dict):
     """The settings the plan gives a run, composed as `blocklab compare` composed them: the sweep's base, the
     run's own overrides (size, recipe, group, tuned value, seed), then the command line's."""
     from blocklab.training.config import load_config
@@ -89,7 +89,7 @@ def check_plan(root: Path, sweep: dict) -> PlanCheck:
         if not (checkable and "overrides" in entry):
             continue
         try:
-            diff = changed_settings(_planned_config(sweep, entry), folder)
+            diff = changed_settings(planned_config(sweep, entry), folder)
         except UserError as e:  # a setting this blocklab no longer knows
             diff = [f"a plan this blocklab cannot read ({e})"]
         if diff:

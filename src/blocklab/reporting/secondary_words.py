@@ -41,7 +41,12 @@ def secondary_table(exp: dict, tag: str) -> Table | None:
             label = (groups.get(name) or {}).get("label") or name
             rows.append([metric_name(metric), str(label), mean_text(g, 2), vs])
     ref_label = (groups.get(ref) or {}).get("label") or ref or "the reference"
-    columns = ["metric", "group", "mean [95% interval] (seeds)", f"against {ref_label}: verdict, difference, p_holm"]
+    columns = [
+        "metric",
+        "group",
+        "mean [95% interval] (seeds)",
+        f"against {ref_label}: verdict, difference, family interval, p_holm",
+    ]
     table = Table(f"secondary-table-{tag}", columns, rows)
     caps = [f"{metric_name(k)} {m['cap']:.3g}" for k, m in metrics.items() if isinstance(m.get("cap"), (int, float))]
     lower = [metric_name(k) for k, m in metrics.items() if m.get("lower_is_better")]
@@ -53,9 +58,10 @@ def secondary_table(exp: dict, tag: str) -> Table | None:
         )
         + ". Each final run is scored at its group's best value (chosen on the "
         "primary metric); a fine-tuning score is the mean over that run's fine-tuning seeds, one per pre-training "
-        "seed. A failed run scores the cap (BLEU: zero; a task: its majority-class score"
+        "seed. A run whose training failed, or that ends no better than the cap (BLEU: zero; a task: its "
+        "majority-class score"
         + (f": {', '.join(caps)}" if caps else "")
-        + "; an lm-eval score has no cap: a run that did not complete was not evaluated). The comparisons share "
-        "Holm's correction with the primary metric's."
+        + "), failed: counted, never scored; an lm-eval score has no cap. Each metric is a family of its own for "
+        "Holm's correction."
     )
     return table

@@ -1,4 +1,4 @@
-"""The figures of DIR/verdicts.json (SPEC 10): the score against the tuned value, and the compute frontier.
+"""The figures of DIR/verdicts.json (docs/verdicts.md): the score against the tuned value, and the compute frontier.
 
 They draw what verdicts.json holds and compute nothing of their own (the verdicts have one home,
 experiments/verdicts.py): per-value means, seeds, caps and fits are read, not derived. Each artist
@@ -35,7 +35,7 @@ def metric_text(metric: str) -> str:
 
 
 def cap_text(metric: str) -> str:
-    """What the cap is, per SPEC 10: the unigram model's loss, zero BLEU, the majority-class score."""
+    """What the cap is: the unigram model's loss, zero BLEU, the majority-class score."""
     m = str(metric).lower()
     return "unigram loss" if "loss" in m else ("zero BLEU" if "bleu" in m else "majority-class score")
 
@@ -86,30 +86,39 @@ def tuning_seeds(exp: dict) -> list:
     return sorted(seeds, key=str)
 
 
+FAILED = ("diverged", "stalled", "plateau")
+
+
 def all_capped(group: dict) -> bool:
-    """SPEC 10: a group whose best mean is the cap has null best_at_edge, stable, trainable and sensitivity."""
+    """No value of the group's grid completed on every tuning seed: no best value, ranges or sensitivity."""
+    if group.get("best_completed") is False:
+        return True
     return all(group.get(k) is None for k in ("best_at_edge", "stable", "trainable", "sensitivity"))
 
 
 def _seed_points(point: dict, cap) -> list[tuple[float, bool]]:
-    """[(score, capped)] of a curve point's seeds; a capped seed (or one without a finite score) at the cap."""
+    """[(score, failed)] of a curve point's seeds: a completed seed at its score; a failed one at its final
+    score where it trained to the end (it ended on the plateau), else at the cap."""
     scores = point.get("scores") or []
-    capped = point.get("capped")
-    if not isinstance(capped, list) or len(capped) != len(scores):  # no flags: a seed that did not complete is
-        statuses = point.get("statuses") or []  # capped (SPEC 10's scores)
-        capped = [i < len(statuses) and statuses[i] != "completed" for i in range(len(scores))]
+    statuses = point.get("statuses") or []
+    raw = point.get("raw") or [None] * len(scores)
+    capped = point.get("capped")  # verdicts.json files written before failures were counted apart
     out = []
-    for score, c in zip(scores, capped):
-        if (c or not finite(score)) and finite(cap):
-            out.append((float(cap), True))
-        elif finite(score):
+    for i, score in enumerate(scores):
+        status = statuses[i] if i < len(statuses) else None
+        failed = status in FAILED or status not in (None, "completed") or (isinstance(capped, list) and capped[i])
+        if not failed and finite(score):
             out.append((float(score), False))
+        elif finite(raw[i] if i < len(raw) else None) and status == "plateau":
+            out.append((float(raw[i]), True))
+        elif finite(cap):
+            out.append((float(cap), True))
     return out
 
 
 def draw_sensitivity(ax, exp: dict) -> int:
     """Draw the score against the tuned value on `ax`: per group a line through its per-value means, every
-    seed's point (a capped one at the cap, marked x), the band from the lowest to the highest seed, its best
+    seed's point (a failed one marked x), the band from the lowest to the highest seed, its best
     value starred; the cap dotted. Returns the number of groups drawn."""
     values = grid(exp)
     log = log_scale(values)
@@ -190,7 +199,7 @@ def draw_sensitivity(ax, exp: dict) -> int:
             ls=":",
             lw=1.2,
             gid="cap",
-            label=f"cap: {cap_text(exp.get('metric'))} {cap:.3g} (failed runs score this)",
+            label=f"cap: {cap_text(exp.get('metric'))} {cap:.3g} (a run ending near it failed)",
         )
     tuned = str(exp.get("tuned") or "tuned value")
     if log:  # ticks at the grid's values: the reader reads off which values were tried
@@ -208,7 +217,7 @@ def draw_sensitivity(ax, exp: dict) -> int:
     size = ", at the largest size" if exp.get("sizes") else ""
     ax.set_title(
         f"{metric_text(exp.get('metric')).capitalize()} against {tuned}, each group tuned on {said}"
-        f"{size} (star: best; x: capped)",
+        f"{size} (star: best; x: a failed seed)",
         fontsize=10,
     )
     ax.grid(alpha=0.3)

@@ -1,9 +1,10 @@
 """The words and tables of DIR/verdicts.json (reporting/verdicts.py places them): the verdict table, the
-paragraph of numbers under it, the frontier table, a claim's line.
+paragraph of numbers under it, the frontier table, a claim's line, the terminal's line per comparison.
 
-A verdict word never stands alone: it is printed with its difference, the difference's 95% interval, the
-seed counts of both sides and the corrected p, so a reader sees how big and how sure it is. A best value
-at the grid's edge is flagged in every cell that depends on it: the grid was too narrow there.
+A verdict word never stands alone: it is printed beside its difference and the family's interval (the one the
+word was decided at, so word and interval agree), the test and its seeds, the failures, and for an unresolved
+comparison `mde80`, the difference it would have seen with 80% power. A best value at the grid's edge is
+flagged in every cell that depends on it: the grid was too narrow there.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ EDGE = "(grid edge)"
 def decimals(exp: dict) -> int:
     """Decimals of the experiment's scores: two, or enough to give its narrowest interval (or noise floor)
     two significant digits, up to four. One count for the whole table, so its numbers line up."""
-    widths = [exp.get("noise_floor"), exp.get("min_detectable")]
+    widths = [exp.get("noise_floor")] + [c.get("mde80") for c in (exp.get("comparisons") or {}).values() if c]
     items = list((exp.get("groups") or {}).values()) + list((exp.get("comparisons") or {}).values())
     for item in items:
         ci = (item or {}).get("ci95")
@@ -67,33 +68,62 @@ def range_text(r, empty: str) -> str:
 
 def best_text(group: dict) -> str:
     if all_capped(group):
-        return "none (the cap everywhere)"
+        best = group.get("best")
+        return "none (failed at every value)" + (f"; final seeds at {setting_text(best)}" if best is not None else "")
     text = setting_text(group.get("best"))
     return f"{text} {EDGE}" if group.get("best_at_edge") else text
 
 
 def mean_text(group: dict, d: int) -> str:
-    n = seed_count(group)
+    """ "4.123 [4.05, 4.20] (4 completed, 1 failed)": the mean and interval over the completed final seeds."""
+    scores = group.get("scores") or []
+    done = sum(1 for s in scores if finite(s))
+    failed = group.get("failed") or 0
+    seeds = f"{done} completed" + (f", {failed} failed" if failed else "")
+    if not done:
+        return f"— ({seeds})"
     ci = interval(group.get("ci95"), d)
-    return f"{num(group.get('mean'), d)} {ci} (n={n})" if ci else f"{num(group.get('mean'), d)} (n={n}, no interval)"
+    return (
+        f"{num(group.get('mean'), d)} {ci} ({seeds})" if ci else f"{num(group.get('mean'), d)} ({seeds}, no interval)"
+    )
 
 
 def comparison_text(c: dict, n: int, n_ref: int, d: int, edge: bool) -> str:
-    """ "better: -0.12 [-0.18, -0.06] (n=3 vs 3), p_holm 0.004": the word with everything that qualifies it."""
+    """ "better: -0.12, family interval [-0.18, -0.06] (paired, 5 seeds, r 0.87), p_holm 0.004": the word with
+    everything that qualifies it; `n`, `n_ref`: the seeds each side ran."""
     word = c.get("verdict") or "no verdict"
+    fails = c.get("failures")
+    failed = ""
+    if isinstance(fails, list) and len(fails) == 4 and (fails[0] or fails[2]):
+        p = f", p_fail_holm {p_text(c['p_fail_holm'])}" if finite(c.get("p_fail_holm")) else ""
+        failed = f"; failed {fails[0]}/{fails[1]} against {fails[2]}/{fails[3]}{p}"
     if not finite(c.get("difference")):
-        return f"{word}: no difference recorded (n={n} vs {n_ref})"
-    ci = interval(c.get("ci95"), d, sign=True)
-    text = f"{word}: {num(c['difference'], d, sign=True)}" + (f" {ci}" if ci else "") + f" (n={n} vs {n_ref})"
-    if not ci:
-        text += ", no interval"
+        return f"{word}: no difference (seeds {n} vs {n_ref}){failed}"
+    ci = interval(c.get("ci_family") or c.get("ci95"), d, sign=True)
+    which = "family interval" if c.get("ci_family") else "95% interval"
+    test = c.get("test") or "untested"
+    r = c.get("correlation")
+    seeds = (c.get("n") or [n, n_ref])[0]
+    text = f"{word}: {num(c['difference'], d, sign=True)}"
+    text += f", {which} {ci}" if ci else ", no interval"
+    text += f" ({test}, {seeds} seed{'s' if seeds != 1 else ''}" + (f", r {r:.2f}" if finite(r) else "") + ")"
     if finite(c.get("p_holm")):
         text += f", p_holm {p_text(c['p_holm'])}"
     elif word == "one seed":
-        text += ", untested (outside Holm's correction)"
+        text += ", untested (outside the family)"
+    text += failed
+    if word == "unresolved" and finite(c.get("mde80")):
+        text += f"; mde80 {num(c['mde80'], d)}"
     if edge:
         text += "; a best at the grid's edge: not a verdict"
     return text
+
+
+def comparison_line(c: dict) -> str:
+    """The terminal's line for one comparison (three decimals)."""
+    fails = c.get("failures") or []
+    n, n_ref = (fails[1], fails[3]) if len(fails) == 4 else ((c.get("n") or [0, 0])[0],) * 2
+    return comparison_text(c, n, n_ref, 3, False)
 
 
 def verdict_table(exp: dict, tag: str, d: int) -> Table:
@@ -141,16 +171,21 @@ def verdict_table(exp: dict, tag: str, d: int) -> Table:
         "trainable range",
         "sensitivity",
         f"{metric} at best: mean [95% interval] (seeds)",
-        f"against {ref_label}: verdict, difference [95% interval] (seeds), p_holm",
+        f"against {ref_label}: verdict, difference, family interval (test, seeds), p_holm, failures, mde80",
     ]
     table = Table(f"verdict-table-{tag}", columns, rows, numeric=(5,))
     table.notes.append(
-        f"Stable range: the {short} values around the best whose mean is within the tolerance "
-        f"({exp.get('tolerance', '?')}) of the best mean; trainable range: those where every tuning seed completed "
-        "and scored at least the tolerance better than the cap; sensitivity: the mean over the grid of |mean - best "
-        "mean| (Wortsman et al. 2023). The mean and its interval (Student t) are over the final seeds at the "
-        "group's best value; a difference is the group's mean minus the reference's, with Welch's interval and "
-        "Holm's correction over the sweep's tested comparisons (better/worse where p_holm < 0.05)."
+        f"A run completes, or fails (diverged, stalled, or ended within the tolerance {exp.get('tolerance', '?')} of "
+        "the cap): failures are counted, never scored. Stable range: the "
+        f"{short} values around the best whose mean is within the tolerance of the best mean; trainable range: "
+        "those where every tuning seed completed; sensitivity: the mean over the grid of |mean - best mean|, a "
+        "value with a failed seed at the cap (Wortsman et al. 2023). The mean and its 95% interval (Student t) "
+        "are over the completed final seeds at the group's best value. A comparison uses the seeds both sides "
+        "completed: the per-seed differences (paired t) with 4 or more, else Welch; failures by Boschloo's exact "
+        "test; Holm's correction over the family (every test of the metric in the sweep). The family interval "
+        "is at level 1 - 0.05/m, the level each word was decided at. Equivalent means two one-sided tests "
+        f"against the margin {exp.get('margin', '?')}; unresolved means none of the words applied, and mde80 is "
+        "the true difference the test would have detected with 80% power."
     )
     edges = [
         f"{g.get('label') or n} at {setting_text(g.get('best'))}, the {_end(exp, g.get('best'))} value tried"
@@ -166,9 +201,19 @@ def verdict_table(exp: dict, tag: str, d: int) -> Table:
     capped = [str(g.get("label") or n) for n, g in groups.items() if all_capped(g or {})]
     if capped:
         table.notes.append(
-            f"Scored the cap at every value tried (each run failed or ended worse than the cap): "
-            f"{', '.join(capped)}; no best value, stable or trainable range, or sensitivity."
+            f"No value completed on every tuning seed: {', '.join(capped)}; no best value, stable or trainable "
+            "range, or sensitivity (the final seeds ran at the value with the most completed seeds)."
         )
+    extended = sorted(
+        {
+            setting_text(p.get("value"))
+            for g in groups.values()
+            for p in (g or {}).get("curve") or []
+            if p.get("extended")
+        }
+    )
+    if extended:
+        table.notes.append(f"Values added beyond the grid's edges where a best sat on one: {', '.join(extended)}.")
     return table
 
 
@@ -180,44 +225,48 @@ def _end(exp: dict, best) -> str:
 
 
 def numbers_note(exp: dict, d: int, m: int) -> str:
-    """The noise floor, the smallest detectable difference, the eval noise and whether tuning runs were reused."""
+    """The noise floor, the spread over seeds, the family, the eval noise and whether tuning runs were reused."""
     groups = exp.get("groups") or {}
     ref = groups.get(exp.get("reference")) or {}
     ref_label = ref.get("label") or exp.get("reference") or "the reference"
-    floor, least, noise = exp.get("noise_floor"), exp.get("min_detectable"), exp.get("eval_noise")
+    floor, pooled, noise = exp.get("noise_floor"), exp.get("pooled_sd"), exp.get("eval_noise")
     parts = [
-        f"Noise floor: {num(floor, d)}, the standard deviation of the reference ({ref_label}) over its "
-        f"{seed_count(ref)} final seeds."
+        f"Noise floor: {num(floor, d)}, the standard deviation of the reference ({ref_label}) over its completed "
+        "final seeds."
         if finite(floor)
-        else f"Noise floor: unknown (the reference, {ref_label}, has {seed_count(ref)} final seed(s))."
+        else f"Noise floor: unknown (the reference, {ref_label}, completed fewer than two final seeds)."
     ]
-    if finite(least):
+    if finite(pooled):
+        parts.append(f"Spread over seeds (the pooled within-group standard deviation): {num(pooled, d)}.")
+    size = exp.get("family_size", m)
+    parts.append(
+        f"Family: {size} test{'s' if size != 1 else ''} of the sweep's primary metric (score and failure tests), "
+        f"each word decided at level 0.05/{max(size or 1, 1)}."
+    )
+    auto = exp.get("seeds_auto")
+    if isinstance(auto, dict) and finite(auto.get("seeds")):
         parts.append(
-            f"Smallest detectable difference: {num(least, d)}, the half-width of a Welch interval at level "
-            f"1 - 0.05/{max(m, 1)} ({m} tested comparison{'s' if m != 1 else ''} in the sweep) with both "
-            "sides at the reference's standard deviation and seed count: a smaller true difference would "
-            "likely read as indistinguishable."
+            f"Seeds chosen by power: {auto['seeds']} final seeds ({auto.get('why')}), from a pooled sd of "
+            f"{num(auto.get('pooled_sd'), d)} over the first {auto.get('min_seeds')} seeds, for mde {auto.get('mde')} "
+            f"at power {auto.get('power')}."
         )
-    else:
-        parts.append("Smallest detectable difference: unknown (it needs the reference's spread over seeds).")
     if finite(noise):
-        rel = (
-            (
-                f", {floor / noise:.1f} times below the noise floor"
-                if finite(floor) and noise < floor
-                else ", not below the noise floor: more eval batches would sharpen the comparison"
-            )
-            if finite(floor) and noise > 0
-            else ""
-        )
+        ratio = noise / pooled if finite(pooled) and pooled > 0 else None
         what = (
             "the median standard error of a difference between a group's final eval loss and the reference's "
             "over the eval batches both saw (paired, seed by seed)"
             if exp.get("eval_noise_paired")
-            else "the median standard error of one run's final eval loss over its eval batches (unpaired: the "
-            "runs predate per-batch eval losses, so the spread between batches, common to every run, counts too)"
+            else "the median standard error of one run's final eval loss over its eval batches"
         )
-        parts.append(f"Eval noise: {noise:.2g}, {what}{rel}.")
+        rule = (
+            f"; {ratio:.2f} of the spread over seeds: below a third, the eval set adds little"
+            if ratio is not None and ratio <= 1 / 3
+            else f"; {ratio:.2f} of the spread over seeds: above a third, so the tests' variance includes it (each "
+            "seed's score carries its eval noise)"
+            if ratio is not None
+            else ""
+        )
+        parts.append(f"Eval noise: {noise:.2g}, {what}{rule}.")
     else:
         parts.append("Eval noise: not recorded.")
     reused = exp.get("tuning_runs_reused")
@@ -266,6 +315,9 @@ def claim_text(c: dict) -> str:
     why = str(c.get("why") or "").strip()
     if why and why[-1] not in ".!?":
         why += "."
-    return f"{c.get('paper') or '?'} — {c.get('claim') or '?'}: {c.get('status') or 'no status'}." + (
-        f" {why}" if why else ""
+    rule = str(c.get("rule") or "").strip()
+    return (
+        f"{c.get('paper') or '?'} — {c.get('claim') or '?'}: {c.get('status') or 'no status'}."
+        + (f" {why}" if why else "")
+        + (f" Rule: {rule}" if rule else "")
     )

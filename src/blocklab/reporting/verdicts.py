@@ -1,4 +1,4 @@
-"""DIR/verdicts.json (SPEC 10) in the report: per experiment the score against the tuned value, the verdict
+"""DIR/verdicts.json (docs/verdicts.md) in the report: per experiment the score against the tuned value, the verdict
 table with the numbers that say how small a difference the sweep can see, the frontier when it has sizes, and
 the claims with their status.
 
@@ -23,9 +23,9 @@ from blocklab.reporting.verdict_words import claim_text, decimals, frontier_tabl
 FILE = "verdicts.json"
 FIGURES = ("sensitivity_*.png", "frontier_*.png")  # what this module draws into figures/ (report._OWN)
 SENSITIVITY_CAPTION = (
-    "Line: each group's mean over its tuning seeds at each value; dots: each seed; x: a seed "
-    "that diverged, stalled or ended worse than the cap, drawn at the cap; band: lowest to "
-    "highest seed; star: the group's best value (ties: the lower value)."
+    "Line: each group's mean over its completed tuning seeds at each value; dots: each seed; x: a seed "
+    "that failed (diverged or stalled: drawn at the cap; ended near the cap: at its score); band: lowest to "
+    "highest seed; star: the group's best value among those every tuning seed completed (ties: the lower value)."
 )
 FRONTIER_CAPTION = (
     "Each point: a group at one size, at its own best tuned value; error bars: the 95% interval "
@@ -63,24 +63,10 @@ def read_verdicts(root: Path) -> Verdicts:
     return Verdicts(data, None, True)
 
 
-def tested_comparisons(v: Verdicts) -> int:
-    """The comparisons of the sweep that entered Holm's correction (two or more seeds on both sides): the m
-    of min_detectable's level 1 - 0.05/m. Counted from the file, secondary metrics included."""
-    comps = [exp.get("comparisons") for exp in v.experiments.values()]
-    comps += [
-        m.get("comparisons")
-        for exp in v.experiments.values()
-        if isinstance(exp.get("secondary"), dict)
-        for m in exp["secondary"].values()
-        if isinstance(m, dict)
-    ]
-    return sum(
-        1
-        for table in comps
-        if isinstance(table, dict)
-        for c in table.values()
-        if isinstance(c, dict) and c.get("verdict") != "one seed" and S.finite(c.get("p_holm"))
-    )
+def family_size(v: Verdicts) -> int:
+    """The size of the sweep's primary family (score and failure tests), as verdicts.json records it."""
+    sizes = [exp.get("family_size") for exp in v.experiments.values()]
+    return max((x for x in sizes if isinstance(x, int)), default=0)
 
 
 def _intro(exp: dict) -> str:
@@ -98,8 +84,9 @@ def _intro(exp: dict) -> str:
     text = (
         f"Each group ran at every {tuned} of the grid ({values}) on tuning seeds {tuning}, then on seeds "
         f"{', '.join(map(str, finals)) or '?'} at its own best value. Score: the {metric} at the end of the "
-        f"schedule ({better}); a run that diverged, stalled or ended worse than the cap scores the "
-        f"cap{cap_text}. Reference: {ref_label}; tolerance {exp.get('tolerance', '?')}."
+        f"schedule ({better}); a run that diverged, stalled or ended within the tolerance of the cap{cap_text} "
+        f"failed: counted, never scored. Reference: {ref_label}; tolerance {exp.get('tolerance', '?')}; margin "
+        f"{exp.get('margin', '?')}."
     )
     sizes = exp.get("sizes")
     if isinstance(sizes, list) and sizes:
@@ -144,7 +131,7 @@ def verdict_sections(v: Verdicts, parts: set[str], fig_dir: Path) -> tuple[dict,
     """({part id or None: [sections]}, the final "Claims" section or None). An experiment's sections go with
     the part of that name (`parts`: the report's experiment part ids); None: the sweep has no such part."""
     exps = v.experiments
-    m = tested_comparisons(v)
+    m = family_size(v)
     placed: dict = {}
     rest = []
     by_exp: dict[str, list[str]] = {}

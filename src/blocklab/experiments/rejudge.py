@@ -1,0 +1,174 @@
+"""`blocklab report DIR --rejudge` (docs/verdicts.md): a sweep's verdicts and claims recomputed under the current
+rules from the per-seed outcomes DIR/verdicts.json stores, without its runs, and what changed said.
+
+Only the raw layer is read back (RAW_*: the outcomes, the groups' facts and measures, the settings a verdict
+is judged by); every derived field is recomputed, so rejudging twice writes the same bytes. A file written
+before failures were counted apart (no `format`) is first brought to that layer: a run scored at the cap
+then was one that failed, and the groups' facts come from the plan in DIR/sweep.json.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from blocklab.errors import UserError
+from blocklab.experiments.judge import FORMAT, judge
+from blocklab.experiments.records import group_facts
+
+RAW_EXPERIMENT = (
+    "title metric lower_is_better tuned values tuning_seeds extend reference tolerance margin cap "
+    "tuning_runs_reused seeds_auto eval_noise eval_noise_paired sizes groups secondary frontier"
+).split()
+RAW_GROUP = (
+    "label settings facts curve seeds statuses raw n_params tokens_per_s measured_alone flops eval_se "
+    "eval_se_paired measures"
+).split()
+RAW_POINT = "value seeds statuses raw extended".split()
+RAW_METRIC = "lower_is_better cap limit step margin groups".split()
+RAW_SEEDS = "seeds statuses raw".split()
+RAW_FRONTIER_POINT = "size flops best seeds statuses raw".split()
+DEFAULT_MARGIN = 0.1
+
+
+def _pick(d: dict, keys: list[str]) -> dict:
+    return {k: copy.deepcopy(d[k]) for k in keys if k in d}
+
+
+def raw_layer(verdicts: dict) -> dict:
+    """The raw layer of a current verdicts.json: what judge reads, nothing it derives."""
+    experiments = {}
+    for name, exp in verdicts["experiments"].items():
+        e = _pick(exp, RAW_EXPERIMENT)
+        e["groups"] = {}
+        for g_name, g in exp["groups"].items():
+            entry = _pick(g, RAW_GROUP)
+            entry["curve"] = [_pick(p, RAW_POINT) for p in g.get("curve") or []]
+            e["groups"][g_name] = entry
+        e["secondary"] = {
+            k: dict(_pick(m, RAW_METRIC), groups={n: _pick(x, RAW_SEEDS) for n, x in m["groups"].items()})
+            for k, m in (exp.get("secondary") or {}).items()
+        }
+        if exp.get("frontier"):
+            e["frontier"] = {
+                n: {"points": [_pick(p, RAW_FRONTIER_POINT) for p in f.get("points") or []]}
+                for n, f in exp["frontier"].items()
+            }
+        experiments[name] = e
+    return {"sweep": verdicts.get("sweep"), "experiments": experiments}
+
+
+def _old_seeds(seeds, statuses, scores) -> dict:
+    """An older record's seeds. A failed run was then scored at the cap: a completed run scored there is kept at
+    that score (judge reads it as ended on the plateau, a failure); one that did not complete has none."""
+    raw = [score if status == "completed" else None for status, score in zip(statuses, scores)]
+    return {"seeds": list(seeds), "statuses": list(statuses), "raw": raw}
+
+
+def _facts_from_plan(out: Path, plan: dict | None) -> dict:
+    """{group key: facts} from DIR/sweep.json's planned runs (final and tuning), each rebuilt as compare built it."""
+    if not plan:
+        return {}
+    from blocklab.reporting.plan import planned_config
+
+    found = {}
+    for entry in (plan.get("runs") or []) + (plan.get("tuning") or []):
+        if isinstance(entry, dict) and "overrides" in entry and entry.get("group") not in found:
+            try:
+                found[entry["group"]] = group_facts(planned_config(plan, entry))
+            except (UserError, ValueError):
+                continue
+    return found
+
+
+def upgrade(verdicts: dict, plan: dict | None, out: Path) -> dict:
+    """A verdicts.json written before failures were counted apart, as the raw layer of the current format."""
+    facts = _facts_from_plan(out, plan)
+    experiments = {}
+    for name, exp in verdicts["experiments"].items():
+        size = len(exp["sizes"]) - 1 if exp.get("sizes") else None
+        groups = {}
+        for g_name, g in exp["groups"].items():
+            key = g_name if size is None else f"{g_name}_z{size}"
+            curve = [
+                {"value": p["value"], **_old_seeds(p["seeds"], p["statuses"], p["scores"]), "extended": False}
+                for p in g.get("curve") or []
+            ]
+            old = {
+                **g,
+                "facts": g.get("facts") or facts.get(key) or facts.get(g_name) or {},
+                "measures": g.get("measures") or {},
+                "curve": curve,
+                **_old_seeds(g.get("seeds") or [], g.get("statuses") or [], g.get("scores") or []),
+            }
+            groups[g_name] = _pick(old, RAW_GROUP)
+        secondary = {}
+        for key, m in (exp.get("secondary") or {}).items():
+            found = {}
+            for g_name, x in m["groups"].items():
+                primary = dict(
+                    zip(exp["groups"][g_name].get("seeds") or [], exp["groups"][g_name].get("statuses") or [])
+                )
+                statuses = [primary.get(s, "completed") for s in x.get("seeds") or []]
+                found[g_name] = _old_seeds(x.get("seeds") or [], statuses, x.get("scores") or [])
+            secondary[key] = _pick({**m, "groups": found}, RAW_METRIC)
+        defaults = {"margin": DEFAULT_MARGIN, "extend": 0, "seeds_auto": None}
+        experiments[name] = _pick(
+            {**defaults, **exp, "groups": groups, "secondary": secondary, "frontier": None}, RAW_EXPERIMENT
+        )
+    return {"sweep": verdicts.get("sweep"), "experiments": experiments}
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} not found: --rejudge needs the verdicts.json of a finished sweep") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} could not be read ({type(e).__name__}: {e}); nothing to rejudge") from None
+    if not isinstance(data, dict) or not isinstance(data.get("experiments"), dict):
+        raise UserError(f"{path} holds no `experiments` table; nothing to rejudge")
+    return data
+
+
+def rejudge(out: str | Path) -> tuple[dict, list[str]]:
+    """(DIR/verdicts.json recomputed under the current rules, the lines saying what changed)."""
+    out = Path(out)
+    old = _read(out / "verdicts.json")
+    if old.get("format") == FORMAT:
+        raw = raw_layer(old)
+    else:
+        plan = _read_plan(out / "sweep.json")
+        raw = upgrade(old, plan, out)
+    try:
+        new = judge(raw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{out / 'verdicts.json'} cannot be rejudged ({type(e).__name__}: {e})") from None
+    return new, changes(old, new)
+
+
+def _read_plan(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def changes(old: dict, new: dict) -> list[str]:
+    """What a rejudge changed: each comparison's word and each claim's status."""
+    lines = []
+    for name, exp in new["experiments"].items():
+        before = (old.get("experiments") or {}).get(name) or {}
+        for g, c in exp["comparisons"].items():
+            was = ((before.get("comparisons") or {}).get(g) or {}).get("verdict")
+            if was != c["verdict"]:
+                lines.append(f"{name}: {exp['groups'][g]['label']}: {was} -> {c['verdict']}")
+    old_claims = {
+        (c.get("paper"), c.get("experiment"), c.get("claim")): c.get("status") for c in old.get("claims") or []
+    }
+    for c in new["claims"]:
+        was = old_claims.get((c["paper"], c["experiment"], c["claim"]), "no such claim before")
+        if was != c["status"]:
+            lines.append(f"claim {c['paper']}, {c['experiment']}: {c['claim']}: {was} -> {c['status']}")
+    return lines
