@@ -93,11 +93,31 @@ def test_the_family_interval_is_the_one_the_word_was_decided_at():
         c["se"] = 0.02
     m = family_words([(c, True, False, MARGIN) for c in comps])
     assert m == 3
-    for c in comps:
+    levels = stats.holm_levels([c["p"] for c in comps], 0.05)
+    assert levels == pytest.approx([0.05 / 3, 0.05 / 2, 0.05 / 2])  # one rejection: the rest at 0.05 / (3 - 1)
+    for c, level in zip(comps, levels):
         lo, hi = c["ci_family"]
-        assert (hi - lo) / 2 == pytest.approx(stats.t_quantile(1 - 0.05 / 3, 4) * 0.02)
+        assert (hi - lo) / 2 == pytest.approx(stats.t_quantile(1 - level, 4) * 0.02)
         if c["verdict"] == "equivalent":
-            # two one-sided tests at 0.05/3 each: the interval at 1 - 2(0.05/3) inside the margin
+            # two one-sided tests at 0.05/3 each: the interval at 1 - 2(0.05/3) inside the margin, and the printed one
             lo2, hi2 = stats.interval(c["difference"], c["se"], c["df"], 1 - 2 * 0.05 / 3)
-            assert -MARGIN < lo2 and hi2 < MARGIN
+            assert -MARGIN < lo2 and hi2 < MARGIN and -MARGIN < lo and hi < MARGIN
     assert [c["verdict"] for c in comps] == ["worse", "equivalent", "equivalent"]
+
+
+def test_a_word_never_contradicts_the_family_interval_beside_it():
+    """Over many random families: better/worse exactly when the printed interval excludes 0, and equivalent only
+    when it lies inside the margin."""
+    rng = np.random.default_rng(7)
+    ref = [4.00, 4.10, 3.95, 4.05, 4.02]
+    for _ in range(200):
+        comps = []
+        for _ in range(int(rng.integers(1, 7))):
+            shift, noise = rng.normal(0, 0.08), abs(rng.normal(0.02, 0.02)) + 1e-3
+            comps.append(pair_test(group([x + shift + rng.normal(0, noise) for x in ref]), group(ref)))
+        family_words([(c, True, False, MARGIN) for c in comps])
+        for c in comps:
+            lo, hi = c["ci_family"]
+            assert (c["verdict"] in ("better", "worse")) == (lo > 0 or hi < 0), c
+            if c["verdict"] == "equivalent":
+                assert -MARGIN < lo and hi < MARGIN

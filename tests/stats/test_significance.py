@@ -128,6 +128,19 @@ def test_holm_worked_by_hand():
         stats.holm([0.1, float("nan")])
 
 
+def test_holm_levels_are_the_step_down_levels_worked_by_hand():
+    # sorted p: 0.005 <= 0.05/4 rejects, 0.01 <= 0.05/3 rejects, 0.03 > 0.05/2 stops: the rest judged at 0.05/2
+    assert stats.holm_levels([0.01, 0.04, 0.03, 0.005], 0.05) == pytest.approx([0.05 / 3, 0.05 / 2, 0.05 / 2, 0.05 / 4])
+    assert stats.holm_levels([0.001, 0.002], 0.05) == pytest.approx([0.025, 0.05])  # both rejected
+    assert stats.holm_levels([0.9], 0.05) == [0.05] and stats.holm_levels([], 0.05) == []
+    # a test is rejected (adjusted p < alpha) exactly when its p is at most its level
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        ps = list(rng.uniform(0, 0.06, int(rng.integers(1, 9))))
+        for p, adj, level in zip(ps, stats.holm(ps), stats.holm_levels(ps, 0.05)):
+            assert (adj < 0.05) == (p <= level) or abs(adj - 0.05) < 1e-12
+
+
 def test_family_interval_is_the_t_interval_at_the_bonferroni_level():
     # m = 4 tests: level 1 - 0.05/4; t(1 - 0.00625, 4) from scipy.
     lo, hi = stats.interval(0.2, 0.05, 4, 1 - 0.05 / 4)

@@ -145,17 +145,25 @@ def family_words(records: list[tuple[dict, bool, bool, float | None]]) -> int:
     m = len(tests)
     for c, *_ in records:
         c["p_holm"] = c["p_fail_holm"] = None
-    for (c, key), adjusted in zip(tests, stats.holm([c[key] for c, key in tests])):
+    ps = [c[key] for c, key in tests]
+    levels = {}
+    for (c, key), adjusted, level in zip(tests, stats.holm(ps), stats.holm_levels(ps, stats.ALPHA)):
         c["p_holm" if key == "p" else "p_fail_holm"] = adjusted
+        if key == "p":
+            levels[id(c)] = level
     alpha = stats.ALPHA / max(1, m)
     for c, lower, edge, margin in records:
         c["family_size"] = m
         tested = c["se"] is not None
-        c["ci_family"] = stats.interval(c["difference"], c["se"], c["df"], 1 - alpha) if tested else None
+        # the interval at the level Holm's step-down judged this comparison at: it excludes 0 exactly when the
+        # word is better or worse
+        level = levels.get(id(c), alpha)
+        c["ci_family"] = stats.interval(c["difference"], c["se"], c["df"], 1 - level) if tested else None
         c["mde80"] = stats.mde(c["se"], c["df"], alpha) if tested else None
         c["p_equivalence"] = (
             stats.equivalence_p(c["difference"], c["se"], c["df"], margin) if tested and margin else None
         )
+        inside = bool(tested and margin and -margin < c["ci_family"][0] and c["ci_family"][1] < margin)
         c["verdict"] = stats.verdict(
             failures=c["failures"],
             n_common=c["n"][0],
@@ -166,6 +174,7 @@ def family_words(records: list[tuple[dict, bool, bool, float | None]]) -> int:
             family_size=m,
             at_edge=edge,
             lower_is_better=lower,
+            within_margin=inside,
         )
     return m
 

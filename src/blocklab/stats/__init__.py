@@ -5,7 +5,16 @@ from blocklab.stats.basic import floats, mean_sd, paired_se, pooled_sd, same, t_
 from blocklab.stats.curve import analyse_curve, next_value, numeric
 from blocklab.stats.frontier import compute_multiplier, compute_to_reach, fit_power_law
 from blocklab.stats.power import mde, power, seeds_needed
-from blocklab.stats.significance import boschloo, correlation, equivalence_p, holm, interval, paired, welch
+from blocklab.stats.significance import (
+    boschloo,
+    correlation,
+    equivalence_p,
+    holm,
+    holm_levels,
+    interval,
+    paired,
+    welch,
+)
 from blocklab.stats.words import ALPHA, TESTED, WORDS, verdict
 
 __all__ = [
@@ -21,6 +30,7 @@ __all__ = [
     "fit_power_law",
     "floats",
     "holm",
+    "holm_levels",
     "interval",
     "mde",
     "mean_sd",

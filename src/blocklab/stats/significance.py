@@ -108,6 +108,23 @@ def boschloo(k_a: int, n_a: int, k_b: int, n_b: int) -> float:
     return float(min(1.0, _st.boschloo_exact(table, alternative="two-sided").pvalue))
 
 
+def holm_levels(pvalues: list[float], alpha: float) -> list[float]:
+    """The level Holm's step-down procedure judged each test at: alpha / (m - i) for the i-th smallest p (from 0)
+    while the procedure rejects, alpha / (m - r) for every test from the first it keeps (r rejections). A test's
+    interval at 1 - its level excludes 0 exactly when Holm rejects it, so an interval printed at that level
+    agrees with the word beside it (Holm's adjusted p alone has no interval)."""
+    ps = [float(p) for p in pvalues]
+    m = len(ps)
+    order = sorted(range(m), key=lambda k: ps[k])
+    r = 0
+    while r < m and ps[order[r]] <= alpha / (m - r):
+        r += 1
+    out = [0.0] * m
+    for rank, i in enumerate(order):
+        out[i] = alpha / (m - rank) if rank < r else alpha / (m - r)
+    return out
+
+
 def holm(pvalues: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the order given (`p_holm` over a family of tests).
 

@@ -5,7 +5,8 @@
 - `one seed`: fewer than two seeds that both sides completed: no score test (outside the family).
 - `at edge`: either side's best value is at the grid's edge: the numbers stand, no word of better or worse.
 - `better` / `worse`: the score test is significant after Holm's correction, in the metric's direction.
-- `equivalent`: two one-sided tests against the margin, each at the family's Bonferroni level 0.05/m.
+- `equivalent`: two one-sided tests against the margin, each at the family's Bonferroni level 0.05/m, and the
+  family interval printed beside the word inside the margin too.
 - `unresolved`: none of these; the comparison's `mde80` says what it could have missed.
 """
 
@@ -28,6 +29,7 @@ def verdict(
     at_edge: bool,
     lower_is_better: bool = True,
     alpha: float = ALPHA,
+    within_margin: bool = True,
 ) -> str:
     """The word for one comparison. `failures`: [k_group, n_group, k_ref, n_ref] (failed and decided seeds)."""
     if failures is not None:
@@ -42,6 +44,6 @@ def verdict(
         return "at edge"
     if p_holm < alpha and difference != 0:
         return "better" if (difference < 0) == lower_is_better else "worse"
-    if p_equivalence is not None and p_equivalence < alpha / max(1, family_size):
+    if p_equivalence is not None and p_equivalence < alpha / max(1, family_size) and within_margin:
         return "equivalent"
     return "unresolved"
