@@ -105,7 +105,7 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
     ),
     "mhc": BlockFacts(
         "mHC",
-        "x <- H_res x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).",
+        "x <- H_res^T x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).",
     ),
     "laurel": BlockFacts(
         "LAuReL-LR",
