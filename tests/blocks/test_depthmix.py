@@ -12,7 +12,7 @@ from blocklab.blocks import REGISTRY
 from blocklab.blocks.classic import PreLN
 from blocklab.blocks.depthmix import DepthAttention
 from tests.blocks.test_successors import assert_learns, code_ids
-from tests.helpers import assert_causal, randomize, small_cfg
+from tests.helpers import assert_causal, assert_same_logits_and_grads, randomize, small_cfg
 
 L = 3  # small_cfg's depth: 2L = 6 sub-layers
 VARIANTS = [
@@ -256,17 +256,8 @@ def test_attn_res_equals_the_official_pseudocode_and_the_papers_equations(S):
     model = randomize(build_model(small_cfg("attn-res", n_layers=4, attn_res_block=S)).double(), seed=9, scale=0.3)
     assert all((m.query != 0).all() for m in model.modules() if isinstance(m, DepthAttention))
     ids = code_ids(2, 12)
-    ours = model(ids).logits
     ref = official_logits(model, ids, S) if S else full_attn_res_logits(model, ids)
-    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-10)
-    target = torch.randn_like(ours)
-    grads = []
-    for logits in (ours, ref):
-        model.zero_grad()
-        (logits * target).sum().backward(retain_graph=True)
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
-    for name, g in grads[0].items():
-        torch.testing.assert_close(g, grads[1][name], rtol=0, atol=1e-10, msg=name)
+    assert_same_logits_and_grads(model, model(ids).logits, ref)
     # the other reading of the first call (the embedding both a completed block and the first partial sum)
     # counts b_0 twice: an O(1) difference, which the comparison above would see
     if S:

@@ -9,7 +9,7 @@ import torch
 from blocklab import build_model
 from blocklab.blocks.hyper import PRE_EPS, SINKHORN_EPS, SINKHORN_ITERS, ManifoldHyperConnection, sublayers
 from tests.blocks.test_successors import code_ids
-from tests.helpers import randomize, small_cfg
+from tests.helpers import assert_same_logits_and_grads, randomize, small_cfg
 
 
 def deepseek_sinkhorn(x, repeat: int, eps: float):
@@ -72,25 +72,14 @@ def off_init(n_streams=4, **kw):
     return model
 
 
-def grads(model, loss):
-    model.zero_grad()
-    loss.backward()
-    return {n: p.grad.clone() for n, p in model.named_parameters()}
-
-
 @pytest.mark.parametrize("n_streams", [2, 4])
 def test_blocklab_equals_deepseeks_reference_forward_and_gradient(n_streams):
     model = off_init(n_streams)
     ids = code_ids(2, 12)
     ours = model(ids).logits
-    ref = reference_logits(model, ids)
-    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-10)
     assert ours.abs().max() > 0.5  # outputs of order 1, so 1e-10 is a real bound
-    target = torch.randn_like(ours)
-    g_ours, g_ref = grads(model, (ours * target).sum()), grads(model, (ref * target).sum())
-    assert set(g_ours) == set(g_ref) and any(".phi." in k for k in g_ours)
-    for name in g_ours:
-        torch.testing.assert_close(g_ours[name], g_ref[name], rtol=0, atol=1e-10, msg=name)
+    assert any(".phi." in n for n, _ in model.named_parameters())
+    assert_same_logits_and_grads(model, ours, reference_logits(model, ids))
 
 
 def test_the_other_orientation_of_h_res_is_far_from_the_reference():
