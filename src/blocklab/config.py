@@ -17,6 +17,8 @@ INITS = ("normal", "xavier")
 ATTN_IMPLS = ("auto", "sdpa", "fused", "materialized")
 POSITIONS = ("learned", "sinusoidal")
 POOLINGS = ("first", "mean")
+# canon: the positions A, B, C, D, any of them once each and in that order.
+CANON_SETS = tuple("".join(c for i, c in enumerate("ABCD") if k >> i & 1) for k in range(1, 16))
 
 
 def reject_unknown(cls):
@@ -145,6 +147,11 @@ class ModelConfig:
         help="gated attention, W^O [SDPA(.) * sigmoid(x W_g)]: true, one gate per channel; headwise, one per head",
         choices=(False, True, "headwise"),
     )
+    canon: str | None = setting(
+        None,
+        help="Canon layers h + conv(h), a causal depthwise convolution of kernel 4, at the positions named: A before the attention, B on its queries, keys and values, C before the MLP, D after its up-projection; any of ABCD, in that order",
+        derived="none: no Canon layer",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -159,7 +166,13 @@ class ModelConfig:
             ("derf", self.norm == "derf", "norm='derf'"),
             ("qk_norm", self.qk_norm is True, "qk_norm=True"),
             ("attn_gate", self.attn_gate is not False, f"attn_gate={self.attn_gate!r}"),
+            ("canon", self.canon is not None, f"canon={self.canon!r}"),
         )
+        if self.canon is not None and self.canon not in CANON_SETS:
+            raise ConfigError(
+                f"canon={self.canon!r} is not valid; name any of the positions A, B, C, D once each, in that "
+                "order (ABCD: all four), or none for no Canon layer"
+            )
         for option, used, value in options:
             if used and option not in spec.options:
                 raise ConfigError(
@@ -170,6 +183,11 @@ class ModelConfig:
             raise ConfigError(
                 f"dropout={self.dropout!r} does not apply to block {self.block!r}; "
                 f"it applies to: {', '.join(b for b, s in REGISTRY.items() if s.dropout)}"
+            )
+        if self.canon and self.task == "translation":
+            raise ConfigError(
+                f"canon={self.canon!r} does not apply to task='translation' (its decoder decodes step by step, "
+                "which a convolution over positions would need a state for); it applies to: clm, mlm, classification"
             )
         if self.n_decoder_layers is not None and self.task != "translation":
             raise ConfigError(f"n_decoder_layers={self.n_decoder_layers!r} applies to task='translation' only")

@@ -30,6 +30,7 @@ VARIANTS = {
     "hyper-connections+static": dict(block="hyper-connections", hc_dynamic=False),
     "hybridnorm+first-pre": dict(block="hybridnorm", hybridnorm_first_pre=True),
     "post-ln+xavier": dict(block="post-ln", init="xavier", activation="gelu", norm="layernorm"),
+    "pre-ln+canon": dict(block="pre-ln", canon="ABCD"),
 }
 CASES = {b: dict(block=b) for b in REGISTRY} | VARIANTS
 

@@ -8,7 +8,7 @@ import torch.nn as nn
 from blocklab.attention.centring import centred_mean, centring_matrix
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
 from blocklab.config import ModelConfig
-from blocklab.layers import InitRule, Linear, RMSNorm, WeightInit, gain
+from blocklab.layers import Canon, InitRule, Linear, RMSNorm, WeightInit, canon_layer, gain
 
 
 def _fused():
@@ -62,9 +62,9 @@ class QKNorm(nn.Module):
     before their dot product (Henry et al. 2020; Dehghani et al. 2023, ViT-22B). A zero query stays zero,
     so shaped attention is still the identity at init."""
 
-    def __init__(self, d_head: int, eps: float):
+    def __init__(self, width: int, eps: float):
         super().__init__()
-        self.q, self.k = RMSNorm(d_head, eps), RMSNorm(d_head, eps)
+        self.q, self.k = RMSNorm(width, eps), RMSNorm(width, eps)
 
 
 def make_qk_norm(cfg: ModelConfig, always: bool = False) -> QKNorm | None:
@@ -134,6 +134,8 @@ class MultiHeadAttention(nn.Module):
     self-attention and a bidirectional cross-attention in a bidirectional-encoder model.
 
     attn_gate: the heads' outputs are multiplied by the AttentionGate of X before W^P, on every path.
+    Canon position B (`canon` naming B): a Canon layer on the self-attention's queries, keys and values side by
+    side, after their projections and QK-norm, as the Canon code's `canonB` on cat(q, k, v).
     """
 
     def __init__(self, cfg: ModelConfig, causal: bool | None = None, qk_norm: bool = False):
@@ -146,8 +148,9 @@ class MultiHeadAttention(nn.Module):
         self.q, self.k, self.v = (Linear(d, d, bias=cfg.bias, weight_init=qkv) for _ in range(3))
         self.proj = Linear(d, d, bias=cfg.bias)
         self.qk_norm = make_qk_norm(cfg, always=qk_norm)  # qk_norm=True: the block always has it (op)
-        # Made last, so that without it every other weight is drawn as before (init_weights' module order).
+        # Made last, so that without them every other weight is drawn as before (init_weights' module order).
         self.gate = make_attention_gate(cfg)
+        self.canon = canon_layer(cfg, "B", 3 * d)
 
     @property
     def impl(self) -> str:
@@ -165,10 +168,20 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(self.q(x), self.cfg.n_heads)
         return self.qk_norm.q(q) if self.qk_norm is not None else q
 
+    def self_qkv(self, x: torch.Tensor, key_mask: torch.Tensor | None = None):
+        """Q, K, V of a self-attention over `x`, split into heads; with Canon position B, the Canon layer over
+        the three side by side (merged heads, in that order) before the split."""
+        q, (k, v) = self.queries(x), self.keys_values(x)
+        if isinstance(self.canon, Canon):
+            qkv = self.canon(torch.cat([merge_heads(t) for t in (q, k, v)], -1), key_mask)
+            q, k, v = (split_heads(t, self.cfg.n_heads) for t in qkv.chunk(3, -1))
+        return q, k, v
+
     def probabilities(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """A (B, H, T, T) of this attention as a self-attention over `x`, the softmax its forward applies (the
         probes read it; forward's sdpa path never forms it)."""
-        return attention_matrix(self.queries(x), self.keys_values(x)[0], self.causal, key_mask)
+        q, k, _ = self.self_qkv(x, key_mask)
+        return attention_matrix(q, k, self.causal, key_mask)
 
     def forward(
         self,
@@ -184,13 +197,12 @@ class MultiHeadAttention(nn.Module):
         keys and values of every token so far (a KVCache), x holding the newest: with fewer queries than
         keys, the queries are the last positions (attention/functional.py, `allowed_keys`).
         """
-        q = self.queries(x)
         if kv is not None:
-            k, v = kv
+            q, (k, v) = self.queries(x), kv
         elif memory is not None:
-            k, v = self.keys_values(memory)
+            q, (k, v) = self.queries(x), self.keys_values(memory)
         else:
-            k, v = self.keys_values(x)
+            q, k, v = self.self_qkv(x, key_mask)
         out = softmax_attention(q, k, v, self.causal, key_mask, self.impl)
         if self.gate is not None:
             # Outside the attention kernel, so every path (sdpa, materialized) gates the same output:
