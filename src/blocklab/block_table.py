@@ -135,6 +135,23 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
         recipe=(("train.warmup_steps", 0),),
         recipe_source="Huang et al. 2020, abstract; official Train_IWSLT_TFixup_example.sh",
     ),
+    # More answers: extra norms, the reordered norm, fractions of the state, dense multiway connections.
+    "normformer": BlockFacts(
+        "NormFormer",
+        "u = x + Norm(HeadScaleMHA(Norm(x))); y = u + W2 Norm(act(W1 Norm(u))) (Shleifer et al. 2021, Sec. 2).",
+    ),
+    "olmo2": BlockFacts(
+        "OLMo 2",
+        "u = x + Norm(MHA(x)); y = u + Norm(MLP(u)), RMSNorm over the whole query and key projections (OLMo Team 2025).",
+    ),
+    "frac-connections": BlockFacts(
+        "Frac-Connections",
+        "H <- B^T F(Norm(Y^T H)) + A^T H per sub-layer F, the d-wide state in m fractions (Zhu et al. 2025, eq. 8).",
+    ),
+    "muddformer": BlockFacts(
+        "MUDDFormer",
+        "X_A = MHA(Norm(X^Q), Norm(X^K), Norm(X^V)) + X^R; X_i = X_A + MLP(Norm(X_A)); X^s = sum_j A_i[s, j] X_j (Xiao et al. 2025).",
+    ),
 }
 
 

@@ -93,7 +93,11 @@ class ModelConfig:
     beta_v: float = setting(0.2, help="shaped-vp only: initial beta_V of W = alpha_V I + beta_V dW")
     hc_streams: int = setting(4, help="hyper-connections and mhc: the number n of residual streams", min=1)
     hc_dynamic: bool = setting(
-        True, help="hyper-connections: connections that depend on the input (dynamic); false: static ones"
+        True,
+        help="hyper-connections and frac-connections: connections that depend on the input (dynamic); false: static ones",
+    )
+    frac_fractions: int = setting(
+        2, help="frac-connections: the number m of fractions the d-wide state is split into; divides d_model", min=1
     )
     attn_res_block: int = setting(
         0,
@@ -111,6 +115,11 @@ class ModelConfig:
         False, help="value-residual: the value-mixing lambdas are trained (init 0.5); false: fixed at 0.5"
     )
     laurel_rank: int = setting(32, help="laurel: the rank r of the learned low-rank path B A", min=1)
+    normformer_head_scale: str = setting(
+        "heads",
+        help="normformer: where the per-head scales act; heads: on each head's output before W^O (the paper), output: on the d_h-wide slices of W^O's output (fairseq's code)",
+        choices=("heads", "output"),
+    )
     hybridnorm_first_pre: bool = setting(
         False, help="hybridnorm: block 0 is a Pre-LN block, QKV-norm kept (HybridNorm*); false: every block HybridNorm"
     )
@@ -188,6 +197,10 @@ class ModelConfig:
             raise ConfigError(
                 f"canon={self.canon!r} does not apply to task='translation' (its decoder decodes step by step, "
                 "which a convolution over positions would need a state for); it applies to: clm, mlm, classification"
+            )
+        if self.block == "frac-connections" and self.d_model % self.frac_fractions:
+            raise ConfigError(
+                f"frac_fractions={self.frac_fractions} does not divide d_model={self.d_model}; choose a divisor of d_model"
             )
         if self.n_decoder_layers is not None and self.task != "translation":
             raise ConfigError(f"n_decoder_layers={self.n_decoder_layers!r} applies to task='translation' only")

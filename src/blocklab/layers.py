@@ -95,6 +95,7 @@ class InitRule(enum.Enum):
     ZEROS = "zeros"  # zero under either init (shaped attention's W^Q, the dW of I + dW)
     XAVIER_NORMAL = "xavier_normal"  # Xavier-normal at the gain under either init (DeepNorm's)
     XAVIER_UNIFORM = "xavier_uniform"  # Xavier-uniform at the gain under either init (T-Fixup's)
+    FAN_IN_NORMAL = "fan_in_normal"  # N(0, gain^2 / fan_in) under either init (MUDDFormer's W1)
 
 
 @dataclass(frozen=True)
@@ -194,15 +195,24 @@ def canon_layer(cfg, position: str, width: int) -> nn.Module:
 class MLP(nn.Module):
     """MLP(x) = W2 act(W1 x).
 
-    Optional: `canon` (a Canon layer, or NoCanon) on W1 x before the activation (Canon's position D, "after the
-    up-projection")."""
+    Two optional parts: `canon` (a Canon layer, or NoCanon) on W1 x before the activation (Canon's position D,
+    "after the up-projection"), and `mid_norm`, a norm of width d_ff on act(W1 x) before W2 (NormFormer's)."""
 
-    def __init__(self, d: int, d_ff: int, activation: str, bias: bool = False, canon: nn.Module | None = None):
+    def __init__(
+        self,
+        d: int,
+        d_ff: int,
+        activation: str,
+        bias: bool = False,
+        canon: nn.Module | None = None,
+        mid_norm: nn.Module | None = None,
+    ):
         super().__init__()
         self.fc1 = Linear(d, d_ff, bias=bias)
         self.fc2 = Linear(d_ff, d, bias=bias)
         self.act = nn.ReLU() if activation == "relu" else nn.GELU()
         self.canon = canon if canon is not None else NoCanon()
+        self.mid_norm = mid_norm if mid_norm is not None else nn.Identity()
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         # On 2-D rows, so that the activation feeds fc2's matmul with no view in between. With a
@@ -215,7 +225,7 @@ class MLP(nn.Module):
         up = self.fc1(rows)
         if isinstance(self.canon, Canon):  # over positions: the (B, T, d_ff) view, then rows again
             up = self.canon(up.view(*x.shape[:-1], -1), key_mask).reshape(rows.shape[0], -1)
-        return self.fc2(self.act(up)).view(*x.shape[:-1], -1)
+        return self.fc2(self.mid_norm(self.act(up))).view(*x.shape[:-1], -1)
 
 
 class Dropout(nn.Dropout):

@@ -22,7 +22,7 @@ from tests.helpers import (
     small_cfg,
 )
 
-CANON_BLOCKS = ("pre-ln", "lns")
+CANON_BLOCKS = ("pre-ln", "lns", "normformer")
 
 
 def test_canon_applies_to_the_pre_ln_shaped_blocks_and_not_to_translation():

@@ -60,16 +60,19 @@ def attention_path(model: nn.Module, device: torch.device, dtype: torch.dtype = 
 class QKNorm(nn.Module):
     """qk_norm=True: RMSNorm (one gain of width d_h shared by the heads) on each head's queries and keys
     before their dot product (Henry et al. 2020; Dehghani et al. 2023, ViT-22B). A zero query stays zero,
-    so shaped attention is still the identity at init."""
+    so shaped attention is still the identity at init. `width` d (OLMo 2's): one RMSNorm over the whole
+    query projection and one over the whole key projection, before the head split."""
 
     def __init__(self, width: int, eps: float):
         super().__init__()
         self.q, self.k = RMSNorm(width, eps), RMSNorm(width, eps)
 
 
-def make_qk_norm(cfg: ModelConfig, always: bool = False) -> QKNorm | None:
+def make_qk_norm(cfg: ModelConfig, always: bool = False, whole: bool = False) -> QKNorm | None:
     """The attention's QKNorm where the config asks for one, or `always` (a block whose paper always
-    normalises queries and keys: op); else None."""
+    normalises queries and keys: op), `whole` projections at once (olmo2); else None."""
+    if whole:
+        return QKNorm(cfg.d_model, cfg.norm_eps)
     return QKNorm(cfg.d_head, cfg.norm_eps) if cfg.qk_norm or always else None
 
 
@@ -136,9 +139,18 @@ class MultiHeadAttention(nn.Module):
     attn_gate: the heads' outputs are multiplied by the AttentionGate of X before W^P, on every path.
     Canon position B (`canon` naming B): a Canon layer on the self-attention's queries, keys and values side by
     side, after their projections and QK-norm, as the Canon code's `canonB` on cat(q, k, v).
+    `head_scale` (NormFormer): a trainable scale per head on the heads' outputs before W^P, 1 at init.
+    `qk_norm_whole` (OLMo 2): RMSNorm over the whole query and key projections, before the head split.
     """
 
-    def __init__(self, cfg: ModelConfig, causal: bool | None = None, qk_norm: bool = False):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        causal: bool | None = None,
+        qk_norm: bool = False,
+        head_scale: bool = False,
+        qk_norm_whole: bool = False,
+    ):
         super().__init__()
         d = cfg.d_model
         self.cfg = cfg
@@ -147,9 +159,12 @@ class MultiHeadAttention(nn.Module):
         qkv = WeightInit(gain=2**-0.5)
         self.q, self.k, self.v = (Linear(d, d, bias=cfg.bias, weight_init=qkv) for _ in range(3))
         self.proj = Linear(d, d, bias=cfg.bias)
-        self.qk_norm = make_qk_norm(cfg, always=qk_norm)  # qk_norm=True: the block always has it (op)
+        # qk_norm=True: the block always has it (op); qk_norm_whole: over the whole projections (olmo2)
+        self.qk_norm = make_qk_norm(cfg, always=qk_norm, whole=qk_norm_whole)
+        self.qk_whole = qk_norm_whole
         # Made last, so that without them every other weight is drawn as before (init_weights' module order).
         self.gate = make_attention_gate(cfg)
+        self.head_scale = gain(1.0, cfg.n_heads) if head_scale else None
         self.canon = canon_layer(cfg, "B", 3 * d)
 
     @property
@@ -157,16 +172,24 @@ class MultiHeadAttention(nn.Module):
         # Softmax attention has no gains to fuse: "fused" and "auto" run SDPA's own flash kernels.
         return "materialized" if self.cfg.attn_impl == "materialized" else "sdpa"
 
-    def keys_values(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of `m` (B, T, d), split into heads (B, H, T, d_h): computed once per source when decoding."""
-        H = self.cfg.n_heads
-        k = split_heads(self.k(m), H)
-        return (self.qk_norm.k(k) if self.qk_norm is not None else k), split_heads(self.v(m), H)
+    def heads(self, t: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
+        """A projection (B, T, d) split into heads (B, H, T, d_h), normalised by `norm` where there is one:
+        before the split for qk_norm_whole, after it otherwise."""
+        if norm is None:
+            return split_heads(t, self.cfg.n_heads)
+        if self.qk_whole:
+            return split_heads(norm(t), self.cfg.n_heads)
+        return norm(split_heads(t, self.cfg.n_heads))
+
+    def keys_values(self, m: torch.Tensor, values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of `m` (B, T, d), split into heads (B, H, T, d_h): computed once per source when decoding.
+        `values`: V from this input instead (MUDDFormer's decoupled key and value streams)."""
+        k = self.heads(self.k(m), self.qk_norm.k if self.qk_norm is not None else None)
+        return k, split_heads(self.v(m if values is None else values), self.cfg.n_heads)
 
     def queries(self, x: torch.Tensor) -> torch.Tensor:
         """Q of `x` (B, T, d), split into heads (B, H, T, d_h), normalised where qk_norm is on."""
-        q = split_heads(self.q(x), self.cfg.n_heads)
-        return self.qk_norm.q(q) if self.qk_norm is not None else q
+        return self.heads(self.q(x), self.qk_norm.q if self.qk_norm is not None else None)
 
     def self_qkv(self, x: torch.Tensor, key_mask: torch.Tensor | None = None):
         """Q, K, V of a self-attention over `x`, split into heads; with Canon position B, the Canon layer over
@@ -204,6 +227,8 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self.self_qkv(x, key_mask)
         out = softmax_attention(q, k, v, self.causal, key_mask, self.impl)
+        if self.head_scale is not None:
+            out = out * self.head_scale.view(1, -1, 1, 1).to(out.dtype)
         if self.gate is not None:
             # Outside the attention kernel, so every path (sdpa, materialized) gates the same output:
             # (B, H, T, d_h) -> (B, T, H, d_h), times the gate, heads side by side (merge_heads' layout).

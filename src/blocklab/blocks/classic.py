@@ -26,9 +26,9 @@ class ClassicBlock(nn.Module):
     `canon_a`, `canon_c` for the subclass to put on the attention's and the MLP's normalised inputs (NoCanon,
     the identity, where the config names no such position)."""
 
-    def __init__(self, cfg: ModelConfig, layer: int, n_norms: int):
+    def __init__(self, cfg: ModelConfig, layer: int, n_norms: int, **attn):
         super().__init__()
-        self.attn = MultiHeadAttention(cfg)
+        self.attn = MultiHeadAttention(cfg, **attn)
         self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias, canon_layer(cfg, "D", cfg.d_ff))
         self.norms = nn.ModuleList(norm_layer(cfg) for _ in range(n_norms))
         self.drop = Dropout(cfg.dropout)  # on each residual branch, as in fairseq; identity at the default 0

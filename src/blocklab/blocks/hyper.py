@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from blocklab.blocks.classic import ClassicBlock
 from blocklab.blocks.hooks import ModelHooks
 from blocklab.config import ModelConfig
-from blocklab.layers import InitRule, Linear, WeightInit, gain, norm_layer
+from blocklab.layers import InitRule, Linear, WeightInit, gain, make_norm
 from blocklab.registry import register
 
 ZERO = WeightInit(InitRule.ZEROS)
@@ -73,7 +73,39 @@ def sublayers(block: ClassicBlock, key_mask):
 # --------------------------------------------------------------------------------------- Hyper-Connections
 
 
-class HyperConnection(nn.Module):
+class DynamicConnections(nn.Module):
+    """The connections of HC (eqs. 10-13) and Frac-Connections (eqs. 11-14): a static matrix alpha (rows x cols)
+    and vector beta (rows), plus, when dynamic (`hc_dynamic`), s_alpha tanh(Norm(H) W_alpha) and
+    s_beta tanh(Norm(H) W_beta) per token, one row of each from each row of H (the streams or the fractions,
+    `width` wide), W = 0 and s = 0.01 at init, one s_alpha shared by the whole alpha as the papers' pseudocode.
+    Norm is the config's norm at `width` (the papers' pseudocode uses LayerNorm: `norm="layernorm"`)."""
+
+    def __init__(self, cfg: ModelConfig, alpha: torch.Tensor, width: int):
+        super().__init__()
+        rows, cols = alpha.shape
+        self.n = rows
+        self.static_alpha = nn.Parameter(alpha.flatten())
+        self.static_beta = nn.Parameter(torch.ones(rows))
+        self.dynamic = cfg.hc_dynamic
+        if self.dynamic:
+            self.norm = make_norm(cfg.norm, width, cfg.norm_eps, cfg.dyt_alpha, cfg.derf_alpha)
+            self.w_alpha = Linear(width, cols, bias=False, weight_init=ZERO)
+            self.w_beta = Linear(width, 1, bias=False, weight_init=ZERO)
+            self.s_alpha = gain(S_INIT)
+            self.s_beta = gain(S_INIT)
+
+    def connections(self, H):
+        """alpha (rows x cols, or (..., rows, cols) per token when dynamic) and beta (rows, or (..., rows)) for H."""
+        alpha = self.static_alpha.view(self.n, -1)  # row i: how row i of H feeds each output
+        beta = self.static_beta
+        if self.dynamic:
+            h = self.norm(H)  # per row, so each row of alpha(H) and entry of beta(H) depends on that row alone
+            alpha = alpha + self.s_alpha * torch.tanh(self.w_alpha(h))
+            beta = beta + self.s_beta * torch.tanh(self.w_beta(h)).squeeze(-1)
+        return alpha, beta
+
+
+class HyperConnection(DynamicConnections):
     """H <- B^T F(A_m^T H) + A_r^T H around one sub-layer F (HC eq. 5), static or dynamic (eqs. 10-13).
 
     H is (..., n, d), one stream a row. The width connection [A_m | A_r] (n x (n + 1), HC eq. 7) is stored
@@ -82,29 +114,9 @@ class HyperConnection(nn.Module):
     the paper's Algorithm 2. Norm is the config's norm (Algorithm 2 uses LayerNorm: `norm="layernorm"`)."""
 
     def __init__(self, cfg: ModelConfig, k: int):
-        super().__init__()
-        n, d = cfg.hc_streams, cfg.d_model
-        self.n = n
+        n = cfg.hc_streams
         a_m = F.one_hot(torch.tensor(k % n), n).float()[:, None]
-        self.static_alpha = nn.Parameter(torch.cat([a_m, torch.eye(n)], dim=1).flatten())
-        self.static_beta = nn.Parameter(torch.ones(n))
-        self.dynamic = cfg.hc_dynamic
-        if self.dynamic:
-            self.norm = norm_layer(cfg)
-            self.w_alpha = Linear(d, n + 1, bias=False, weight_init=ZERO)  # [W_m | W_r], d x (1 + n)
-            self.w_beta = Linear(d, 1, bias=False, weight_init=ZERO)
-            self.s_alpha = gain(S_INIT)
-            self.s_beta = gain(S_INIT)
-
-    def connections(self, H):
-        """[A_m | A_r] (n x (n + 1), or (..., n, n + 1) per token when dynamic) and B (n, or (..., n)) for H."""
-        alpha = self.static_alpha.view(self.n, self.n + 1)  # row i: how stream i feeds [h | the n streams]
-        beta = self.static_beta
-        if self.dynamic:
-            h = self.norm(H)  # per stream, so each stream's row of A(H) and entry of B(H) depends on it alone
-            alpha = alpha + self.s_alpha * torch.tanh(self.w_alpha(h))
-            beta = beta + self.s_beta * torch.tanh(self.w_beta(h)).squeeze(-1)
-        return alpha, beta
+        super().__init__(cfg, torch.cat([a_m, torch.eye(n)], dim=1), cfg.d_model)
 
     def forward(self, H, sublayer):
         alpha, beta = self.connections(H)

@@ -46,8 +46,8 @@ class QKVNormAttention(MultiHeadAttention):
         super().__init__(cfg)
         self.qk_norm = QKVNorm(cfg)
 
-    def keys_values(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k, v = super().keys_values(m)  # keys already normalised by qk_norm.k
+    def keys_values(self, m: torch.Tensor, values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = super().keys_values(m, values)  # keys already normalised by qk_norm.k
         return k, self.qk_norm.v(v)
 
 
