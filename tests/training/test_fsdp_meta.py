@@ -65,7 +65,7 @@ def test_meta_build_equals_the_one_process_build_bit_for_bit(task):
 def test_canon_layers_draw_in_the_meta_build_as_in_the_one_process_build():
     """Canon's convolutions are drawn by their constructors (not by init_weights): the deferred build draws them
     as the one-process build does."""
-    for block in ("pre-ln", "lns"):
+    for block in ("pre-ln", "normformer"):
         cfg = ModelConfig(block=block, vocab_size=61, d_model=32, n_layers=3, n_heads=4, d_ff=64, canon="ABCD")
         assert_meta_build_is_the_one_process_build(cfg, block)
 
