@@ -1,5 +1,7 @@
 """Shared test helpers: a small config and parameter randomisation."""
 
+import math
+
 import torch
 
 from blocklab import ModelConfig
@@ -18,6 +20,31 @@ def randomize(model, seed=0, scale=0.3):
     for p in model.parameters():
         p.add_(torch.randn(p.shape, generator=g) * scale)
     return model
+
+
+def assert_same_logits_and_grads(model, ours, ref, atol=1e-10):
+    """Two computations of a model's logits (`ours`, `ref`, both from the model's own parameters) agree to `atol`,
+    and so does the gradient of one loss (the logits weighed across the vocabulary) for every parameter: the
+    check of a block against a port of its authors' code at equal weights."""
+    torch.testing.assert_close(ours, ref, rtol=0, atol=atol)
+    weights = torch.linspace(-1, 1, ours.shape[-1], dtype=ours.dtype)
+    grads = []
+    for logits in (ours, ref):
+        model.zero_grad()
+        (logits * weights).sum().backward(retain_graph=True)
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, g in grads[0].items():
+        torch.testing.assert_close(g, grads[1][name], rtol=0, atol=atol, msg=name)
+
+
+def reference_attention(q, k, v, n_heads, causal=True):
+    """softmax(Q K^T / sqrt(d_h)) V per head, the causal mask written out, heads side by side again."""
+    B, T, d = q.shape
+    q, k, v = (t.view(B, T, n_heads, -1).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, d)
 
 
 def as_args(over: dict) -> list[str]:

@@ -105,7 +105,7 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
     ),
     "mhc": BlockFacts(
         "mHC",
-        "x <- H_res x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).",
+        "x <- H_res^T x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).",
     ),
     "laurel": BlockFacts(
         "LAuReL-LR",
@@ -134,6 +134,23 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
         "u = x + MHA(x); y = u + MLP(u), no norm; T-Fixup's scaled Xavier init on V, W^P, W1, W2 (Huang et al. 2020).",
         recipe=(("train.warmup_steps", 0),),
         recipe_source="Huang et al. 2020, abstract; official Train_IWSLT_TFixup_example.sh",
+    ),
+    # More answers: extra norms, the reordered norm, fractions of the state, dense multiway connections.
+    "normformer": BlockFacts(
+        "NormFormer",
+        "u = x + Norm(HeadScaleMHA(Norm(x))); y = u + W2 Norm(act(W1 Norm(u))) (Shleifer et al. 2021, Sec. 2).",
+    ),
+    "olmo2": BlockFacts(
+        "OLMo 2",
+        "u = x + Norm(MHA(x)); y = u + Norm(MLP(u)), RMSNorm over the whole query and key projections (OLMo Team 2025).",
+    ),
+    "frac-connections": BlockFacts(
+        "Frac-Connections",
+        "H <- B^T F(Norm(Y^T H)) + A^T H per sub-layer F, the d-wide state in m fractions (Zhu et al. 2025, eq. 8).",
+    ),
+    "muddformer": BlockFacts(
+        "MUDDFormer",
+        "X_A = MHA(Norm(X^Q), Norm(X^K), Norm(X^V)) + X^R; X_i = X_A + MLP(Norm(X_A)); X^s = sum_j A_i[s, j] X_j (Xiao et al. 2025).",
     ),
 }
 

@@ -17,6 +17,8 @@ INITS = ("normal", "xavier")
 ATTN_IMPLS = ("auto", "sdpa", "fused", "materialized")
 POSITIONS = ("learned", "sinusoidal")
 POOLINGS = ("first", "mean")
+# canon: the positions A, B, C, D, any of them once each and in that order.
+CANON_SETS = tuple("".join(c for i, c in enumerate("ABCD") if k >> i & 1) for k in range(1, 16))
 
 
 def reject_unknown(cls):
@@ -91,7 +93,11 @@ class ModelConfig:
     beta_v: float = setting(0.2, help="shaped-vp only: initial beta_V of W = alpha_V I + beta_V dW")
     hc_streams: int = setting(4, help="hyper-connections and mhc: the number n of residual streams", min=1)
     hc_dynamic: bool = setting(
-        True, help="hyper-connections: connections that depend on the input (dynamic); false: static ones"
+        True,
+        help="hyper-connections and frac-connections: connections that depend on the input (dynamic); false: static ones",
+    )
+    frac_fractions: int = setting(
+        2, help="frac-connections: the number m of fractions the d-wide state is split into; divides d_model", min=1
     )
     attn_res_block: int = setting(
         0,
@@ -109,6 +115,11 @@ class ModelConfig:
         False, help="value-residual: the value-mixing lambdas are trained (init 0.5); false: fixed at 0.5"
     )
     laurel_rank: int = setting(32, help="laurel: the rank r of the learned low-rank path B A", min=1)
+    normformer_head_scale: str = setting(
+        "heads",
+        help="normformer: where the per-head scales act; heads: on each head's output before W^O (the paper), output: on the d_h-wide slices of W^O's output (fairseq's code)",
+        choices=("heads", "output"),
+    )
     hybridnorm_first_pre: bool = setting(
         False, help="hybridnorm: block 0 is a Pre-LN block, QKV-norm kept (HybridNorm*); false: every block HybridNorm"
     )
@@ -145,6 +156,11 @@ class ModelConfig:
         help="gated attention, W^O [SDPA(.) * sigmoid(x W_g)]: true, one gate per channel; headwise, one per head",
         choices=(False, True, "headwise"),
     )
+    canon: str | None = setting(
+        None,
+        help="Canon layers h + conv(h), a causal depthwise convolution of kernel 4, at the positions named: A before the attention, B on its queries, keys and values, C before the MLP, D after its up-projection; any of ABCD, in that order",
+        derived="none: no Canon layer",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -159,7 +175,13 @@ class ModelConfig:
             ("derf", self.norm == "derf", "norm='derf'"),
             ("qk_norm", self.qk_norm is True, "qk_norm=True"),
             ("attn_gate", self.attn_gate is not False, f"attn_gate={self.attn_gate!r}"),
+            ("canon", self.canon is not None, f"canon={self.canon!r}"),
         )
+        if self.canon is not None and self.canon not in CANON_SETS:
+            raise ConfigError(
+                f"canon={self.canon!r} is not valid; name any of the positions A, B, C, D once each, in that "
+                "order (ABCD: all four), or none for no Canon layer"
+            )
         for option, used, value in options:
             if used and option not in spec.options:
                 raise ConfigError(
@@ -170,6 +192,15 @@ class ModelConfig:
             raise ConfigError(
                 f"dropout={self.dropout!r} does not apply to block {self.block!r}; "
                 f"it applies to: {', '.join(b for b, s in REGISTRY.items() if s.dropout)}"
+            )
+        if self.canon and self.task == "translation":
+            raise ConfigError(
+                f"canon={self.canon!r} does not apply to task='translation' (its decoder decodes step by step, "
+                "which a convolution over positions would need a state for); it applies to: clm, mlm, classification"
+            )
+        if self.block == "frac-connections" and self.d_model % self.frac_fractions:
+            raise ConfigError(
+                f"frac_fractions={self.frac_fractions} does not divide d_model={self.d_model}; choose a divisor of d_model"
             )
         if self.n_decoder_layers is not None and self.task != "translation":
             raise ConfigError(f"n_decoder_layers={self.n_decoder_layers!r} applies to task='translation' only")

@@ -95,6 +95,7 @@ class InitRule(enum.Enum):
     ZEROS = "zeros"  # zero under either init (shaped attention's W^Q, the dW of I + dW)
     XAVIER_NORMAL = "xavier_normal"  # Xavier-normal at the gain under either init (DeepNorm's)
     XAVIER_UNIFORM = "xavier_uniform"  # Xavier-uniform at the gain under either init (T-Fixup's)
+    FAN_IN_NORMAL = "fan_in_normal"  # N(0, gain^2 / fan_in) under either init (MUDDFormer's W1)
 
 
 @dataclass(frozen=True)
@@ -157,16 +158,63 @@ def embedding_init_of(embedding: nn.Embedding) -> EmbeddingInit | None:
     return embedding.weight_init if isinstance(embedding, Embedding) else None
 
 
-class MLP(nn.Module):
-    """MLP(x) = W2 act(W1 x)."""
+class Canon(nn.Conv1d):
+    """h <- h + conv(h): a Canon layer (Allen-Zhu 2025, Physics of Language Models 4.1, arXiv 2512.17351), a
+    causal depthwise convolution over positions, `kernel` taps per channel, added to its input.
 
-    def __init__(self, d: int, d_ff: int, activation: str, bias: bool = False):
+    As the official code settles it (facebookresearch/PhysicsLM4, huggingface/canon_helper.py `ShortConvolution`
+    and `create_canon`, with LlamaCanonConfig's defaults): an nn.Conv1d with one group per channel, padding
+    kernel - 1 and the first T outputs kept (causal), no bias, no activation, the residual on
+    (`canon_residual`); padded positions are zeroed before the convolution (`x.mul_(mask)`), so a left-padded
+    row sees zeros before its first token, as a row without padding does. Its weights start as the code starts
+    them: `reset_parameters()`, nn.Conv1d's own draw, uniform in +-1/sqrt(kernel) (the constructor's; the
+    model's init_weights leaves convolutions alone). The weight is 3-D, so it gets weight decay, as every matrix
+    here (the code's optimizer decays every parameter)."""
+
+    def __init__(self, width: int, kernel: int = 4):
+        super().__init__(width, width, kernel, groups=width, padding=kernel - 1, bias=False)
+
+    def forward(self, h: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = h if key_mask is None else h * key_mask.unsqueeze(-1).to(h.dtype)
+        y = super().forward(x.transpose(-1, -2))[..., : h.shape[-2]]
+        return h + y.transpose(-1, -2)
+
+
+class NoCanon(nn.Module):
+    """Where a block has no Canon layer: h as it is."""
+
+    def forward(self, h: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return h
+
+
+def canon_layer(cfg, position: str, width: int) -> nn.Module:
+    """The Canon layer the config asks for at `position` (one of A, B, C, D), `width` channels; else NoCanon."""
+    return Canon(width) if cfg.canon is not None and position in cfg.canon else NoCanon()
+
+
+class MLP(nn.Module):
+    """MLP(x) = W2 act(W1 x).
+
+    Two optional parts: `canon` (a Canon layer, or NoCanon) on W1 x before the activation (Canon's position D,
+    "after the up-projection"), and `mid_norm`, a norm of width d_ff on act(W1 x) before W2 (NormFormer's)."""
+
+    def __init__(
+        self,
+        d: int,
+        d_ff: int,
+        activation: str,
+        bias: bool = False,
+        canon: nn.Module | None = None,
+        mid_norm: nn.Module | None = None,
+    ):
         super().__init__()
         self.fc1 = Linear(d, d_ff, bias=bias)
         self.fc2 = Linear(d_ff, d, bias=bias)
         self.act = nn.ReLU() if activation == "relu" else nn.GELU()
+        self.canon = canon if canon is not None else NoCanon()
+        self.mid_norm = mid_norm if mid_norm is not None else nn.Identity()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         # On 2-D rows, so that the activation feeds fc2's matmul with no view in between. With a
         # (B, T, d) input, torch.compile's partitioner sees the ReLU output and its 2-D view as two
         # tensors and saves a separate bool mask `relu <= 0` for the backward; the CPU code inductor
@@ -174,7 +222,10 @@ class MLP(nn.Module):
         # forward + 12 ms backward per layer at 1024 x 3072 on one thread, against 1.5 ms without it).
         # On 2-D rows the mask is recomputed from the saved ReLU output. Same math, eager unchanged.
         rows = x.reshape(-1, x.shape[-1])
-        return self.fc2(self.act(self.fc1(rows))).view(*x.shape[:-1], -1)
+        up = self.fc1(rows)
+        if isinstance(self.canon, Canon):  # over positions: the (B, T, d_ff) view, then rows again
+            up = self.canon(up.view(*x.shape[:-1], -1), key_mask).reshape(rows.shape[0], -1)
+        return self.fc2(self.mid_norm(self.act(up))).view(*x.shape[:-1], -1)
 
 
 class Dropout(nn.Dropout):

@@ -28,10 +28,12 @@ TASKS = ("clm", "mlm", "translation", "classification")
 # successor: the published blocks of SPEC section 2b; ablation: a probe's contrast, not a block to train.
 FAMILIES = ("classic", "simplified", "successor", "stream", "ablation")
 
-# SPEC 2b's and 2c's options that apply to every block built from norm layers and softmax attention: two
-# replacements of every norm layer (norm="dyt", norm="derf") and two changes to the softmax attention
-# (qk_norm=True, attn_gate). A block's `options` names those it takes; the config refuses the others.
-OPTIONS = ("dyt", "qk_norm", "derf", "attn_gate")
+# The options a block may take: two replacements of every norm layer (norm="dyt", norm="derf") and two changes
+# to the softmax attention (qk_norm=True, attn_gate), which apply to every block built from norm layers and
+# softmax attention (DEFAULT_OPTIONS), and Canon layers (canon="ABCD"), which the Pre-LN-shaped blocks name. A
+# block's `options` names those it takes; the config refuses the others.
+OPTIONS = ("dyt", "qk_norm", "derf", "attn_gate", "canon")
+DEFAULT_OPTIONS = ("dyt", "qk_norm", "derf", "attn_gate")
 
 # The laws of E|x_l|^2 at initialisation that probes/predictions.py knows, by the block shape they follow.
 HIDDEN_NORM_LAWS = {
@@ -132,8 +134,9 @@ class BlockSpec:
     decoder      the decoder block class for task="translation" (`decoder(cfg, layer)`), or None
     tasks        the tasks it is offered for; None: every task of config.TASKS, translation only with a
                  decoder. "translation" in tasks if and only if decoder is set.
-    options      which of SPEC 2b's and 2c's options apply: "dyt" / "derf" (norm="dyt" / "derf" replaces its
-                 norm layers), "qk_norm", "attn_gate" (a sigmoid gate on its softmax attention's output)
+    options      which of OPTIONS apply: "dyt" / "derf" (norm="dyt" / "derf" replaces its norm layers),
+                 "qk_norm", "attn_gate" (a sigmoid gate on its softmax attention's output), "canon" (Canon
+                 layers at the positions `canon` names); DEFAULT_OPTIONS unless the block says otherwise
     sphere       nGPT's unit-sphere model: every hidden state lies on the unit sphere (the probes' prediction of
                  the hidden-state norm, probes/predictions.py)
     model_hooks  what the block asks of the token model around it beyond its stack (an output-head parameter, a
@@ -158,7 +161,7 @@ class BlockSpec:
     dropout: bool = False
     decoder: type | None = None
     tasks: tuple[str, ...] | None = None
-    options: tuple[str, ...] = OPTIONS
+    options: tuple[str, ...] = DEFAULT_OPTIONS
     sphere: bool = False
     model_hooks: object | None = None  # a blocks.hooks.ModelHooks: blocks sit above the registry
     predictions: Predictions = Predictions()

@@ -12,7 +12,7 @@ from blocklab.blocks import REGISTRY
 from blocklab.blocks.classic import PreLN
 from blocklab.blocks.depthmix import DepthAttention
 from tests.blocks.test_successors import assert_learns, code_ids
-from tests.helpers import assert_causal, randomize, small_cfg
+from tests.helpers import assert_causal, assert_same_logits_and_grads, randomize, small_cfg
 
 L = 3  # small_cfg's depth: 2L = 6 sub-layers
 VARIANTS = [
@@ -202,6 +202,67 @@ def test_attn_res_is_pre_ln_at_init_up_to_the_norms_epsilon(task, S):
             if isinstance(m, DepthAttention):
                 m.query.normal_(0, 0.3)
     assert not torch.allclose(model(ids).logits, a.logits, atol=1e-2)
+
+
+def block_attn_res(blocks, partial_block, mix):
+    """The official pseudocode's `block_attn_res` (MoonshotAI/Attention-Residuals README, the paper's Figure 2),
+    written from it: a softmax over [blocks..., partial_block] of w^T RMSNorm(v); `mix` gives w and the norm."""
+    V = torch.stack(blocks + [partial_block])
+    logits = torch.einsum("d,nbtd->nbt", mix.query, mix.norm(V))
+    return torch.einsum("nbt,nbtd->btd", logits.softmax(0), V)
+
+
+def official_logits(model, ids, S, embedding_twice=False):
+    """The model run as the pseudocode's layer `forward` (block_size = S sub-layers, layer_number from 0): the
+    stack starts with `blocks = []` and `hidden_states` the embedding, so the first boundary makes the embedding
+    b_0 (Sec. 3.2: b_0 = h_1); then "the final output layer aggregates all N block representations" (Sec. 3.2):
+    one more block_attn_res over the blocks and the last partial sum, with the last block's `mix_out`.
+    `embedding_twice`: the other reading of the first call, `blocks = [embedding]` already (layer 0's input is
+    the embedding either way: a softmax over two equal sources)."""
+    e = model.token_embedding(ids, "pos")
+    blocks, partial = ([e] if embedding_twice else []), e
+    mix_attn = None  # layer 0's attention reads the embedding: no pseudo-query
+    for layer_number, b in enumerate(model.blocks):
+        h = partial if mix_attn is None else block_attn_res(blocks, partial, mix_attn)
+        if layer_number % (S // 2) == 0:
+            blocks, partial = blocks + [partial], None
+        attn_out = b.attn(b.norms[0](h))
+        partial = partial + attn_out if partial is not None else attn_out
+        h = block_attn_res(blocks, partial, b.mix_mlp)
+        partial = partial + b.mlp(b.norms[1](h))
+        mix_attn = b.mix_out
+    return model.final_norm(block_attn_res(blocks, partial, mix_attn)) @ model.head_weight.T
+
+
+def full_attn_res_logits(model, ids):
+    """Full AttnRes from eqs. 1-4: h_l = sum_{i<l} softmax_i(w_l^T RMSNorm(v_i)) v_i, v_0 = h_1 the embedding,
+    v_i = f_i(h_i); the final output one more such mix over v_0 .. v_2L."""
+    v = [model.token_embedding(ids, "pos")]
+    mix = None
+    for b in model.blocks:
+        h = v[0] if mix is None else block_attn_res(v[:-1], v[-1], mix)
+        v.append(b.attn(b.norms[0](h)))
+        v.append(b.mlp(b.norms[1](block_attn_res(v[:-1], v[-1], b.mix_mlp))))
+        mix = b.mix_out
+    return model.final_norm(block_attn_res(v[:-1], v[-1], mix)) @ model.head_weight.T
+
+
+@pytest.mark.parametrize("S", [0, 2, 4])
+def test_attn_res_equals_the_official_pseudocode_and_the_papers_equations(S):
+    """At equal weights in float64, every pseudo-query (zero at init) and key-norm gain moved off its init: the
+    logits and every parameter's gradient equal the official pseudocode's (Block AttnRes, S = 2, 4) and eqs. 1-4
+    (Full AttnRes, S = 0) to 1e-10, the first layer reading the embedding alone and the final norm one more mix."""
+    torch.manual_seed(0)
+    model = randomize(build_model(small_cfg("attn-res", n_layers=4, attn_res_block=S)).double(), seed=9, scale=0.3)
+    assert all((m.query != 0).all() for m in model.modules() if isinstance(m, DepthAttention))
+    ids = code_ids(2, 12)
+    ref = official_logits(model, ids, S) if S else full_attn_res_logits(model, ids)
+    assert_same_logits_and_grads(model, model(ids).logits, ref)
+    # the other reading of the first call (the embedding both a completed block and the first partial sum)
+    # counts b_0 twice: an O(1) difference, which the comparison above would see
+    if S:
+        with torch.no_grad():
+            assert (official_logits(model, ids, S, embedding_twice=True) - ref).abs().max() > 1e-2
 
 
 def test_attn_res_key_norm_is_rmsnorm_whatever_the_stream_norm():

@@ -17,6 +17,7 @@ from blocklab.model import count_parameters
 from blocklab.model.params import param_groups
 from blocklab.probes.gains import gain_values
 from blocklab.training.config import coerce
+from tests.blocks.test_options import OWN_QK_NORM, norm_width
 from tests.blocks.test_successors import assert_learns, code_ids
 from tests.helpers import assert_cached_decoding_matches, assert_causal, assert_padding_invariant, randomize, small_cfg
 
@@ -88,14 +89,14 @@ def test_derf_replaces_every_norm(block):
     normed = build_model(small_cfg(block, n_layers=2))
     derf = build_model(small_cfg(block, n_layers=2, norm="derf"))
     assert paths(derf, NORMS) == set()
-    if block != "op":
+    if block not in OWN_QK_NORM:
         assert paths(derf, NORMS, skip_qk=False) == set()
     assert paths(derf, Derf) == paths(normed, NORMS) and paths(derf, Derf)
-    for m in derf.modules():
+    for name, m in derf.named_modules():
         if isinstance(m, Derf):
             assert m.a.shape == () and m.a.item() == 0.5 and m.a.requires_grad
             assert m.s.shape == () and m.s.item() == 0.0 and m.s.requires_grad
-            assert m.weight.shape[0] in (32, 8)  # d, or d_h for a norm per head (hybridnorm's)
+            assert m.weight.shape[0] == norm_width(name)
             assert torch.equal(m.weight, torch.ones_like(m.weight)) and torch.equal(m.bias, torch.zeros_like(m.bias))
 
 

@@ -113,7 +113,12 @@ def test_stream_sets_every_residual_stream_block_against_pre_ln_at_its_depth(nam
     from blocklab.blocks import REGISTRY
 
     s = load_sweep(name)
-    stream = {b for b in BLOCKS if REGISTRY[b].family == "stream"}
+    # Frac-Connections and MUDDFormer join the stream presets with their own tuned rates and claims (issue 44,
+    # item 5); until then they are the stream blocks named here, and none of these presets runs them.
+    pending = {"frac-connections", "muddformer"}
+    assert pending <= set(BLOCKS) and all(REGISTRY[b].family == "stream" for b in pending)
+    assert not pending & {r.config.model.block for r in s.runs}
+    stream = {b for b in BLOCKS if REGISTRY[b].family == "stream"} - pending
     assert len(stream) == 6
     for exp, meta in s.experiments.items():
         cfgs = {r.group: r.config for r in s.runs if r.experiment == exp}

@@ -30,6 +30,9 @@ VARIANTS = {
     "hyper-connections+static": dict(block="hyper-connections", hc_dynamic=False),
     "hybridnorm+first-pre": dict(block="hybridnorm", hybridnorm_first_pre=True),
     "post-ln+xavier": dict(block="post-ln", init="xavier", activation="gelu", norm="layernorm"),
+    "pre-ln+canon": dict(block="pre-ln", canon="ABCD"),
+    "normformer+output-scale": dict(block="normformer", normformer_head_scale="output", canon="AC"),
+    "frac-connections+static+m4": dict(block="frac-connections", hc_dynamic=False, frac_fractions=4),
 }
 CASES = {b: dict(block=b) for b in REGISTRY} | VARIANTS
 

@@ -118,4 +118,8 @@ def test_all_blocks_listed():
         "resi-dual",
         "admin",
         "t-fixup",
+        "normformer",
+        "olmo2",
+        "frac-connections",
+        "muddformer",
     }

@@ -61,6 +61,21 @@ def test_writes_probes_json_and_figures(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_probes_run_on_normformer_olmo2_frac_connections_and_muddformer(tmp_path):
+    out = tmp_path / "n"
+    blocks = ["normformer", "olmo2", "frac-connections", "muddformer"]
+    assert (
+        probe.run(parse("--out", str(out), "--blocks", ",".join(blocks), "--depths", "1,2", "--no-ablation", *TINY))
+        == 0
+    )
+    r = json.loads((out / "probes.json").read_text())
+    assert r["settings"]["blocks"] == blocks
+    for b in blocks:
+        assert set(r["results"][b]) == {"1", "2"}
+        assert all(0 < r["results"][b][depth]["loss"]["mean"] < 10 for depth in ("1", "2"))
+
+
+@pytest.mark.slow
 def test_mlm_with_random_data(tmp_path):
     out = tmp_path / "m"
     assert (

@@ -139,7 +139,7 @@ def test_laurel_low_rank_path_is_zero_at_init_and_measured_against_the_identity(
     assert all(r > 0 for r in got)
 
 
-@pytest.mark.parametrize("block", ["mhc", "hyper-connections", "attn-res", "laurel"])
+@pytest.mark.parametrize("block", ["mhc", "hyper-connections", "attn-res", "laurel", "frac-connections", "muddformer"])
 def test_padding_is_left_out_of_every_mean(block):
     """Right padding with a causal model: the real tokens' values do not see it, so measuring the padded batch
     with its mask gives the unpadded batch's numbers; without the mask they differ."""

@@ -39,25 +39,35 @@ def case_cfg(task: str, block: str) -> ModelConfig:
     )
 
 
+def assert_meta_build_is_the_one_process_build(cfg: ModelConfig, label: str) -> None:
+    torch.manual_seed(3)
+    ref = build_model(cfg)
+    after_ref = torch.get_rng_state()
+    torch.manual_seed(3)
+    model = materialise.build(lambda: build_model(cfg))
+    assert torch.equal(torch.get_rng_state(), after_ref), label  # dropout and the rest see the same stream
+    assert all(p.is_meta for p in model.blocks.parameters()), label
+    for blk in model.blocks:
+        materialise.realise(model, blk)
+    assert torch.equal(torch.get_rng_state(), after_ref), label
+    a, b = ref.state_dict(), model.state_dict()
+    assert a.keys() == b.keys(), label
+    assert [k for k in a if not torch.equal(a[k], b[k])] == [], label
+
+
 @pytest.mark.parametrize("task", ["clm", "translation", "classification", "mlm"])
 def test_meta_build_equals_the_one_process_build_bit_for_bit(task):
     for t, block in CASES:
-        if t != task:
-            continue
-        cfg = case_cfg(t, block)
-        torch.manual_seed(3)
-        ref = build_model(cfg)
-        after_ref = torch.get_rng_state()
-        torch.manual_seed(3)
-        model = materialise.build(lambda: build_model(cfg))  # noqa: B023 (called at once)
-        assert torch.equal(torch.get_rng_state(), after_ref), block  # dropout and the rest see the same stream
-        assert all(p.is_meta for p in model.blocks.parameters()), block
-        for blk in model.blocks:
-            materialise.realise(model, blk)
-        assert torch.equal(torch.get_rng_state(), after_ref), block
-        a, b = ref.state_dict(), model.state_dict()
-        assert a.keys() == b.keys(), block
-        assert [k for k in a if not torch.equal(a[k], b[k])] == [], block
+        if t == task:
+            assert_meta_build_is_the_one_process_build(case_cfg(t, block), block)
+
+
+def test_canon_layers_draw_in_the_meta_build_as_in_the_one_process_build():
+    """Canon's convolutions are drawn by their constructors (not by init_weights): the deferred build draws them
+    as the one-process build does."""
+    for block in ("pre-ln", "normformer"):
+        cfg = ModelConfig(block=block, vocab_size=61, d_model=32, n_layers=3, n_heads=4, d_ff=64, canon="ABCD")
+        assert_meta_build_is_the_one_process_build(cfg, block)
 
 
 def test_realise_builds_a_block_into_its_place_the_same_objects():

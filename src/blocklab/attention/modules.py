@@ -8,7 +8,7 @@ import torch.nn as nn
 from blocklab.attention.centring import centred_mean, centring_matrix
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
 from blocklab.config import ModelConfig
-from blocklab.layers import InitRule, Linear, RMSNorm, WeightInit, gain
+from blocklab.layers import Canon, InitRule, Linear, RMSNorm, WeightInit, canon_layer, gain
 
 
 def _fused():
@@ -60,16 +60,19 @@ def attention_path(model: nn.Module, device: torch.device, dtype: torch.dtype = 
 class QKNorm(nn.Module):
     """qk_norm=True: RMSNorm (one gain of width d_h shared by the heads) on each head's queries and keys
     before their dot product (Henry et al. 2020; Dehghani et al. 2023, ViT-22B). A zero query stays zero,
-    so shaped attention is still the identity at init."""
+    so shaped attention is still the identity at init. `width` d (OLMo 2's): one RMSNorm over the whole
+    query projection and one over the whole key projection, before the head split."""
 
-    def __init__(self, d_head: int, eps: float):
+    def __init__(self, width: int, eps: float):
         super().__init__()
-        self.q, self.k = RMSNorm(d_head, eps), RMSNorm(d_head, eps)
+        self.q, self.k = RMSNorm(width, eps), RMSNorm(width, eps)
 
 
-def make_qk_norm(cfg: ModelConfig, always: bool = False) -> QKNorm | None:
+def make_qk_norm(cfg: ModelConfig, always: bool = False, whole: bool = False) -> QKNorm | None:
     """The attention's QKNorm where the config asks for one, or `always` (a block whose paper always
-    normalises queries and keys: op); else None."""
+    normalises queries and keys: op), `whole` projections at once (olmo2); else None."""
+    if whole:
+        return QKNorm(cfg.d_model, cfg.norm_eps)
     return QKNorm(cfg.d_head, cfg.norm_eps) if cfg.qk_norm or always else None
 
 
@@ -134,9 +137,20 @@ class MultiHeadAttention(nn.Module):
     self-attention and a bidirectional cross-attention in a bidirectional-encoder model.
 
     attn_gate: the heads' outputs are multiplied by the AttentionGate of X before W^P, on every path.
+    Canon position B (`canon` naming B): a Canon layer on the self-attention's queries, keys and values side by
+    side, after their projections and QK-norm, as the Canon code's `canonB` on cat(q, k, v).
+    `head_scale` (NormFormer): a trainable scale per head on the heads' outputs before W^P, 1 at init.
+    `qk_norm_whole` (OLMo 2): RMSNorm over the whole query and key projections, before the head split.
     """
 
-    def __init__(self, cfg: ModelConfig, causal: bool | None = None, qk_norm: bool = False):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        causal: bool | None = None,
+        qk_norm: bool = False,
+        head_scale: bool = False,
+        qk_norm_whole: bool = False,
+    ):
         super().__init__()
         d = cfg.d_model
         self.cfg = cfg
@@ -145,30 +159,52 @@ class MultiHeadAttention(nn.Module):
         qkv = WeightInit(gain=2**-0.5)
         self.q, self.k, self.v = (Linear(d, d, bias=cfg.bias, weight_init=qkv) for _ in range(3))
         self.proj = Linear(d, d, bias=cfg.bias)
-        self.qk_norm = make_qk_norm(cfg, always=qk_norm)  # qk_norm=True: the block always has it (op)
-        # Made last, so that without it every other weight is drawn as before (init_weights' module order).
+        # qk_norm=True: the block always has it (op); qk_norm_whole: over the whole projections (olmo2)
+        self.qk_norm = make_qk_norm(cfg, always=qk_norm, whole=qk_norm_whole)
+        self.qk_whole = qk_norm_whole
+        # Made last, so that without them every other weight is drawn as before (init_weights' module order).
         self.gate = make_attention_gate(cfg)
+        self.head_scale = gain(1.0, cfg.n_heads) if head_scale else None
+        self.canon = canon_layer(cfg, "B", 3 * d)
 
     @property
     def impl(self) -> str:
         # Softmax attention has no gains to fuse: "fused" and "auto" run SDPA's own flash kernels.
         return "materialized" if self.cfg.attn_impl == "materialized" else "sdpa"
 
-    def keys_values(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of `m` (B, T, d), split into heads (B, H, T, d_h): computed once per source when decoding."""
-        H = self.cfg.n_heads
-        k = split_heads(self.k(m), H)
-        return (self.qk_norm.k(k) if self.qk_norm is not None else k), split_heads(self.v(m), H)
+    def heads(self, t: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
+        """A projection (B, T, d) split into heads (B, H, T, d_h), normalised by `norm` where there is one:
+        before the split for qk_norm_whole, after it otherwise."""
+        if norm is None:
+            return split_heads(t, self.cfg.n_heads)
+        if self.qk_whole:
+            return split_heads(norm(t), self.cfg.n_heads)
+        return norm(split_heads(t, self.cfg.n_heads))
+
+    def keys_values(self, m: torch.Tensor, values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of `m` (B, T, d), split into heads (B, H, T, d_h): computed once per source when decoding.
+        `values`: V from this input instead (MUDDFormer's decoupled key and value streams)."""
+        k = self.heads(self.k(m), self.qk_norm.k if self.qk_norm is not None else None)
+        return k, split_heads(self.v(m if values is None else values), self.cfg.n_heads)
 
     def queries(self, x: torch.Tensor) -> torch.Tensor:
         """Q of `x` (B, T, d), split into heads (B, H, T, d_h), normalised where qk_norm is on."""
-        q = split_heads(self.q(x), self.cfg.n_heads)
-        return self.qk_norm.q(q) if self.qk_norm is not None else q
+        return self.heads(self.q(x), self.qk_norm.q if self.qk_norm is not None else None)
+
+    def self_qkv(self, x: torch.Tensor, key_mask: torch.Tensor | None = None):
+        """Q, K, V of a self-attention over `x`, split into heads; with Canon position B, the Canon layer over
+        the three side by side (merged heads, in that order) before the split."""
+        q, (k, v) = self.queries(x), self.keys_values(x)
+        if isinstance(self.canon, Canon):
+            qkv = self.canon(torch.cat([merge_heads(t) for t in (q, k, v)], -1), key_mask)
+            q, k, v = (split_heads(t, self.cfg.n_heads) for t in qkv.chunk(3, -1))
+        return q, k, v
 
     def probabilities(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """A (B, H, T, T) of this attention as a self-attention over `x`, the softmax its forward applies (the
         probes read it; forward's sdpa path never forms it)."""
-        return attention_matrix(self.queries(x), self.keys_values(x)[0], self.causal, key_mask)
+        q, k, _ = self.self_qkv(x, key_mask)
+        return attention_matrix(q, k, self.causal, key_mask)
 
     def forward(
         self,
@@ -184,14 +220,15 @@ class MultiHeadAttention(nn.Module):
         keys and values of every token so far (a KVCache), x holding the newest: with fewer queries than
         keys, the queries are the last positions (attention/functional.py, `allowed_keys`).
         """
-        q = self.queries(x)
         if kv is not None:
-            k, v = kv
+            q, (k, v) = self.queries(x), kv
         elif memory is not None:
-            k, v = self.keys_values(memory)
+            q, (k, v) = self.queries(x), self.keys_values(memory)
         else:
-            k, v = self.keys_values(x)
+            q, k, v = self.self_qkv(x, key_mask)
         out = softmax_attention(q, k, v, self.causal, key_mask, self.impl)
+        if self.head_scale is not None:
+            out = out * self.head_scale.view(1, -1, 1, 1).to(out.dtype)
         if self.gate is not None:
             # Outside the attention kernel, so every path (sdpa, materialized) gates the same output:
             # (B, H, T, d_h) -> (B, T, H, d_h), times the gate, heads side by side (merge_heads' layout).

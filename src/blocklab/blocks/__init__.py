@@ -15,6 +15,13 @@ from blocklab.blocks import placements  # noqa: F401
 # isort: split
 # Section 2c's last rows, the initialisations (Admin, T-Fixup), after the norm placements.
 from blocklab.blocks import admin, tfixup  # noqa: F401
+
+# isort: split
+# NormFormer and OLMo 2's reordered norm, then Frac-Connections and MUDDFormer.
+from blocklab.blocks import norm_positions  # noqa: F401
+
+# isort: split
+from blocklab.blocks import frac, mudd  # noqa: F401
 from blocklab.blocks.hooks import NO_HOOKS, ModelHooks, model_hooks
 from blocklab.registry import (
     FAMILIES,

@@ -14,20 +14,25 @@ import torch.nn as nn
 from blocklab.attention import MultiHeadAttention
 from blocklab.blocks.decoder import DecoderBlock
 from blocklab.config import ModelConfig
-from blocklab.layers import MLP, Dropout, norm_layer
-from blocklab.registry import Predictions, register
+from blocklab.layers import MLP, Dropout, canon_layer, norm_layer
+from blocklab.registry import DEFAULT_OPTIONS, Predictions, register
 
 
 class ClassicBlock(nn.Module):
     """The sub-layers of a block built from softmax attention, an MLP and `n_norms` norms (the classic
-    blocks, DeepNorm, Peri-LN, Mix-LN, LNS); the subclass's forward arranges them."""
+    blocks, DeepNorm, Peri-LN, Mix-LN, LNS); the subclass's forward arranges them.
 
-    def __init__(self, cfg: ModelConfig, layer: int, n_norms: int):
+    Canon layers (`canon`, the blocks whose spec takes the option): B in the attention, D in the MLP, and
+    `canon_a`, `canon_c` for the subclass to put on the attention's and the MLP's normalised inputs (NoCanon,
+    the identity, where the config names no such position)."""
+
+    def __init__(self, cfg: ModelConfig, layer: int, n_norms: int, **attn):
         super().__init__()
-        self.attn = MultiHeadAttention(cfg)
-        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias)
+        self.attn = MultiHeadAttention(cfg, **attn)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff, cfg.activation, cfg.mlp_bias or cfg.bias, canon_layer(cfg, "D", cfg.d_ff))
         self.norms = nn.ModuleList(norm_layer(cfg) for _ in range(n_norms))
         self.drop = Dropout(cfg.dropout)  # on each residual branch, as in fairseq; identity at the default 0
+        self.canon_a, self.canon_c = canon_layer(cfg, "A", cfg.d_model), canon_layer(cfg, "C", cfg.d_model)
 
 
 class PostLNDecoderBlock(DecoderBlock):
@@ -77,6 +82,7 @@ class PostLN(ClassicBlock):
     colour="#1f77b4",
     dropout=True,
     decoder=PreLNDecoderBlock,
+    options=(*DEFAULT_OPTIONS, "canon"),
     predictions=Predictions(
         hidden_norm="residual",
         hidden_norm_source="Xiong et al. Lemma 2 (constants of this config)",
@@ -86,14 +92,17 @@ class PostLN(ClassicBlock):
     ),
 )
 class PreLN(ClassicBlock):
-    """u = x + MHA(Norm(x)); y = u + MLP(Norm(u))."""
+    """u = x + MHA(Norm(x)); y = u + MLP(Norm(u)).
+
+    With `canon` (Allen-Zhu 2025's Canon layers): A on Norm(x), B on the attention's q, k, v, C on Norm(u), D
+    on the MLP's up-projection, each h + conv(h) (layers.Canon)."""
 
     def __init__(self, cfg, layer):
         super().__init__(cfg, layer, n_norms=2)
 
     def forward(self, x, key_mask=None):
-        u = x + self.drop(self.attn(self.norms[0](x), key_mask))
-        return u + self.drop(self.mlp(self.norms[1](u)))
+        u = x + self.drop(self.attn(self.canon_a(self.norms[0](x), key_mask), key_mask))
+        return u + self.drop(self.mlp(self.canon_c(self.norms[1](u), key_mask), key_mask))
 
 
 @register(

@@ -91,16 +91,25 @@ class AttnRes(nn.Module):
     completed blocks' sums b_1 .. b_{n-1} and the open block's partial sum (none on a block's first
     sub-layer). S = 0 (the default) is Full AttnRes, every output its own source, the same as S = 1.
 
-    Choices written down. From the official pseudocode (MoonshotAI/Attention-Residuals README, the only code
-    published): a block starts at sub-layer k when (k - 1) % S == 0 (its `layer_number % (block_size // 2)
-    == 0` before the attention; S odd puts some boundaries before an MLP, which the code's even S never
-    does), and the embedding is b_0 ("blocks already include token embedding"). The final hidden state,
-    which the pseudocode leaves out: one more mix, h_{2L+1} over every source after the last sub-layer with
-    its own pseudo-query and key norm, as if the final norm were sub-layer 2L + 1. The paper's w_1 is not
-    built: sub-layer 1 has one source, the embedding, whose softmax weight is 1 whatever w_1. So block l owns
-    the mixes that read its outputs, w_{2l+2} before its MLP and w_{2l+3} after it (the next block's input,
-    or the final hidden state): every parameter is used inside its own block's forward (FSDP shards per
-    block), and the hidden state after block l is what block l + 1 reads, as in Pre-LN.
+    What the official repository (MoonshotAI/Attention-Residuals: its README's pseudocode, the paper's Figure 2,
+    the only code published) and the paper (Sec. 3.2) settle:
+    - The first layer's sources. Sec. 3.2: "the input of the very first layer of the network is the token
+      embeddings, i.e. b_0 = h_1", and eq. 1's weights over v_0 .. v_{l-1} each once: sub-layer 1 reads the
+      embedding alone (the paper's w_1 is not built: a softmax over one source is 1 whatever w_1), and b_0 is
+      one source of every later mix. The pseudocode leaves the call before layer 0 open; reading it as
+      `blocks = [embedding]` with `hidden_states = embedding` would append the embedding a second time at the
+      first boundary, b_0 counted twice in every later mix, which eq. 1 excludes. Its boundaries: a block
+      starts at sub-layer k when (k - 1) % S == 0 (`layer_number % (block_size // 2) == 0`, layer_number from 0,
+      before the attention).
+    - The final aggregation. Sec. 3.2: "The final output layer aggregates all N block representations": one
+      more mix, h_{2L+1} over every source after the last sub-layer, with its own pseudo-query and key norm, as
+      if the final norm were sub-layer 2L + 1; b_0 among its sources, as "the token embedding is always
+      included as a source" (Sec. 3.2) and the pseudocode's `blocks` always hold it.
+    So block l owns the mixes that read its outputs, w_{2l+2} before its MLP and w_{2l+3} after it (the next
+    block's input, or the final hidden state): every parameter is used inside its own block's forward (FSDP
+    shards per block), and the hidden state after block l is what block l + 1 reads, as in Pre-LN. No choice
+    of this package's own is in the default; an odd S (a boundary between an attention and its MLP, which the
+    pseudocode's layer-level `block_size // 2` cannot express) is one, reached only by asking for it.
 
     At init every mix is the mean of its n sources, which partition the outputs so far: Pre-LN's stream
     divided by n. The pre-norms and the final norm (RMSNorm, LayerNorm) undo the scale, so the model starts

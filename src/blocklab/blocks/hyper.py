@@ -1,4 +1,4 @@
-"""The blocks of SPEC 2c that widen the residual stream to n streams: Hyper-Connections (Zhu et al. 2025,
+"""The blocks that widen the residual stream to n streams: Hyper-Connections (Zhu et al. 2025,
 arXiv 2409.19606) and manifold-constrained Hyper-Connections (mHC; Xie et al., DeepSeek 2025, arXiv 2512.24880).
 
 The state between blocks is the (B, T, n, d) streams H, n = `hc_streams`. `StreamHooks` (blocks/hooks.py)
@@ -10,8 +10,8 @@ F_k(h) = Dropout(Sub-layer(Norm(h))); the blocks keep Pre-LN's module names (att
 model's weights load into them.
 
 Weight decay (model/params.py decays exactly the parameters of 2 or more dimensions): the static matrices
-of HC and mHC's biases are stored flat, 1-D, so they get none (SPEC 2c: HC's static parts without weight
-decay; SPEC 2: biases without); the dynamic projections W (HC) and phi (mHC) are Linear weights and
+of HC and mHC's biases are stored flat, 1-D, so they get none (the HC paper: its static parts without weight
+decay; biases without, as every bias here); the dynamic projections W (HC) and phi (mHC) are Linear weights and
 are decayed, the scales s and gating factors a are scalars and are not.
 """
 
@@ -27,13 +27,17 @@ import torch.nn.functional as F
 from blocklab.blocks.classic import ClassicBlock
 from blocklab.blocks.hooks import ModelHooks
 from blocklab.config import ModelConfig
-from blocklab.layers import InitRule, Linear, WeightInit, gain, norm_layer
+from blocklab.layers import InitRule, Linear, WeightInit, gain, make_norm
 from blocklab.registry import register
 
 ZERO = WeightInit(InitRule.ZEROS)
 S_INIT = 0.01  # HC: s_alpha, s_beta (Appendix J: `dynamic_alpha_scale = ones(1) * 0.01`)
 GATE_INIT = 0.01  # mHC: the gating factors a_pre, a_post, a_res (Sec. 4.2 and its Table 5)
 SINKHORN_ITERS = 20  # mHC: t_max of Sinkhorn-Knopp (Sec. 4.2)
+# mHC: the eps DeepSeek's reference adds (TileKernels `torch/mhc.py`): to H_pre after its sigmoid (`mhc_pre_eps`)
+# and to every entry and every sum of Sinkhorn-Knopp (`sinkhorn_normalize_ref`'s eps), 1e-6 in both.
+PRE_EPS = 1e-6
+SINKHORN_EPS = 1e-6
 # mHC at init: the weight on HC's Pre-LN start (I, e_(k mod n)) against the uniform mixing, the most at which
 # the 20 Sinkhorn-Knopp rounds still shrink an imbalance of H_res 100-fold (see `start_biases`).
 START = 0.01 ** (1 / (2 * SINKHORN_ITERS))
@@ -69,7 +73,39 @@ def sublayers(block: ClassicBlock, key_mask):
 # --------------------------------------------------------------------------------------- Hyper-Connections
 
 
-class HyperConnection(nn.Module):
+class DynamicConnections(nn.Module):
+    """The connections of HC (eqs. 10-13) and Frac-Connections (eqs. 11-14): a static matrix alpha (rows x cols)
+    and vector beta (rows), plus, when dynamic (`hc_dynamic`), s_alpha tanh(Norm(H) W_alpha) and
+    s_beta tanh(Norm(H) W_beta) per token, one row of each from each row of H (the streams or the fractions,
+    `width` wide), W = 0 and s = 0.01 at init, one s_alpha shared by the whole alpha as the papers' pseudocode.
+    Norm is the config's norm at `width` (the papers' pseudocode uses LayerNorm: `norm="layernorm"`)."""
+
+    def __init__(self, cfg: ModelConfig, alpha: torch.Tensor, width: int):
+        super().__init__()
+        rows, cols = alpha.shape
+        self.n = rows
+        self.static_alpha = nn.Parameter(alpha.flatten())
+        self.static_beta = nn.Parameter(torch.ones(rows))
+        self.dynamic = cfg.hc_dynamic
+        if self.dynamic:
+            self.norm = make_norm(cfg.norm, width, cfg.norm_eps, cfg.dyt_alpha, cfg.derf_alpha)
+            self.w_alpha = Linear(width, cols, bias=False, weight_init=ZERO)
+            self.w_beta = Linear(width, 1, bias=False, weight_init=ZERO)
+            self.s_alpha = gain(S_INIT)
+            self.s_beta = gain(S_INIT)
+
+    def connections(self, H):
+        """alpha (rows x cols, or (..., rows, cols) per token when dynamic) and beta (rows, or (..., rows)) for H."""
+        alpha = self.static_alpha.view(self.n, -1)  # row i: how row i of H feeds each output
+        beta = self.static_beta
+        if self.dynamic:
+            h = self.norm(H)  # per row, so each row of alpha(H) and entry of beta(H) depends on that row alone
+            alpha = alpha + self.s_alpha * torch.tanh(self.w_alpha(h))
+            beta = beta + self.s_beta * torch.tanh(self.w_beta(h)).squeeze(-1)
+        return alpha, beta
+
+
+class HyperConnection(DynamicConnections):
     """H <- B^T F(A_m^T H) + A_r^T H around one sub-layer F (HC eq. 5), static or dynamic (eqs. 10-13).
 
     H is (..., n, d), one stream a row. The width connection [A_m | A_r] (n x (n + 1), HC eq. 7) is stored
@@ -78,29 +114,9 @@ class HyperConnection(nn.Module):
     the paper's Algorithm 2. Norm is the config's norm (Algorithm 2 uses LayerNorm: `norm="layernorm"`)."""
 
     def __init__(self, cfg: ModelConfig, k: int):
-        super().__init__()
-        n, d = cfg.hc_streams, cfg.d_model
-        self.n = n
+        n = cfg.hc_streams
         a_m = F.one_hot(torch.tensor(k % n), n).float()[:, None]
-        self.static_alpha = nn.Parameter(torch.cat([a_m, torch.eye(n)], dim=1).flatten())
-        self.static_beta = nn.Parameter(torch.ones(n))
-        self.dynamic = cfg.hc_dynamic
-        if self.dynamic:
-            self.norm = norm_layer(cfg)
-            self.w_alpha = Linear(d, n + 1, bias=False, weight_init=ZERO)  # [W_m | W_r], d x (1 + n)
-            self.w_beta = Linear(d, 1, bias=False, weight_init=ZERO)
-            self.s_alpha = gain(S_INIT)
-            self.s_beta = gain(S_INIT)
-
-    def connections(self, H):
-        """[A_m | A_r] (n x (n + 1), or (..., n, n + 1) per token when dynamic) and B (n, or (..., n)) for H."""
-        alpha = self.static_alpha.view(self.n, self.n + 1)  # row i: how stream i feeds [h | the n streams]
-        beta = self.static_beta
-        if self.dynamic:
-            h = self.norm(H)  # per stream, so each stream's row of A(H) and entry of B(H) depends on it alone
-            alpha = alpha + self.s_alpha * torch.tanh(self.w_alpha(h))
-            beta = beta + self.s_beta * torch.tanh(self.w_beta(h)).squeeze(-1)
-        return alpha, beta
+        super().__init__(cfg, torch.cat([a_m, torch.eye(n)], dim=1), cfg.d_model)
 
     def forward(self, H, sublayer):
         alpha, beta = self.connections(H)
@@ -145,16 +161,17 @@ class HyperConnections(ClassicBlock):
 # --------------------------------------------------------------------------------------------------- mHC
 
 
-def sinkhorn_knopp(logits: torch.Tensor, iters: int = SINKHORN_ITERS) -> torch.Tensor:
+def sinkhorn_knopp(logits: torch.Tensor, iters: int = SINKHORN_ITERS, eps: float = SINKHORN_EPS) -> torch.Tensor:
     """exp(logits) (..., n, n) scaled alternately to unit row and column sums, `iters` times (mHC eq. 9).
 
-    Rows first, as DeepSeek's reference (TileKernels `sinkhorn_normalize_ref`: a row softmax, then columns),
-    so the columns sum to 1 to rounding and the rows to Sinkhorn's residue after `iters` rounds."""
-    m = logits.softmax(-1)  # exp and the first row scaling; softmax subtracts the row max, so exp cannot overflow
-    m = m / m.sum(-2, keepdim=True)
+    As DeepSeek's reference (TileKernels `sinkhorn_normalize_ref`): a row softmax, eps added to every entry,
+    then columns, rows, columns ..., each sum with eps added, so that the last scaling is the columns': the
+    columns sum to 1 - eps to rounding, the rows to Sinkhorn's residue after `iters` rounds."""
+    m = logits.softmax(-1) + eps  # exp and the first row scaling; softmax subtracts the row max: no overflow
+    m = m / (m.sum(-2, keepdim=True) + eps)
     for _ in range(iters - 1):
-        m = m / m.sum(-1, keepdim=True)
-        m = m / m.sum(-2, keepdim=True)
+        m = m / (m.sum(-1, keepdim=True) + eps)
+        m = m / (m.sum(-2, keepdim=True) + eps)
     return m
 
 
@@ -182,22 +199,32 @@ def start_biases(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class ManifoldHyperConnection(nn.Module):
-    """x <- H_res x + H_post^T F(H_pre x) around one sub-layer F, with H = f(RMSNorm(vec x)) (mHC eqs. 3, 7-8).
+    """x_n <- sum_m H_res[m, n] x_m + H_post[n] F(sum_m H_pre[m] x_m) around one sub-layer F (mHC eqs. 3, 7-8).
 
     [H~_pre, H~_post, H~_res] = a * (RMSNorm(vec x) phi) + b, one gating factor a per mapping (a = 0.01 at
-    init); H_pre = sigmoid(H~_pre), H_post = 2 sigmoid(H~_post), H_res = SinkhornKnopp(H~_res), all per token.
-    x (..., n, d) is one stream a row; vec x its n d entries, stream after stream (the official kernels'
-    `residual.flatten`). The RMSNorm has no gain of its own: a gain is folded into phi (TileKernels
-    `mhc_pre`, whose `norm_weight` is merged into `fn`). The mappings are computed in float32, as there
-    (`mhc_pre_norm_fn_ref` asserts float32 inputs).
+    init); H_pre = sigmoid(H~_pre) + eps, H_post = 2 sigmoid(H~_post), H_res = SinkhornKnopp(H~_res), all per
+    token. x (..., n, d) is one stream a row; vec x its n d entries, stream after stream (the official kernels'
+    `residual.flatten`). The RMSNorm has no gain of its own: a gain is folded into phi (TileKernels `mhc_pre`,
+    whose `norm_weight` is merged into `fn`). The mappings are computed in float32 at least, as there
+    (`mhc_pre_norm_fn_ref` asserts float32 inputs), in float64 for a float64 model.
 
-    Start (the paper gives a = 0.01 only; the biases are this package's choice, SPEC 2c): as close to Pre-LN
+    What DeepSeek's reference settles (TileKernels `torch/mhc.py`), which the paper's x <- H_res x leaves open:
+    - The orientation of H_res. Its logits are laid out [m, n] (`comb_res_mix`, the last n^2 outputs of phi
+      viewed (n, n)), and the post step is `einsum('abmn,abmc->abnc', comb, residual)`: new stream n is
+      sum_m H_res[m, n] x_m, so x <- H_res^T x here. Sinkhorn-Knopp ends on the columns, so each column, the
+      weights of one new stream, sums to 1 (to eps): every new stream is a convex combination of the old ones,
+      the rows summing to 1 only to Sinkhorn's residue.
+    - eps: 1e-6 added to H_pre after its sigmoid and inside Sinkhorn-Knopp (PRE_EPS, SINKHORN_EPS). The RMSNorm's
+      eps is the config's `norm_eps` (the reference's default is 1e-6; norm_eps=1e-6 gives it).
+    - 20 Sinkhorn rounds, the paper's t_max (the reference's kernels default to 10).
+
+    Start (the paper gives a = 0.01 only; the biases are this package's choice): as close to Pre-LN
     as the constraint allows. b_post = 0 gives H_post = 2 sigmoid(0) = 1 = HC's B exactly. HC's A_m =
     e_(k mod n) and A_r = I are out of reach (sigmoid and exp are never 0, and Sinkhorn-Knopp stalls near I):
     `start_biases` puts H_pre and H_res as near them as 20 Sinkhorn rounds allow, keeping the home stream
     k mod n that breaks the streams' symmetry, as A_m does in HC. phi = 0 (as HC's W = 0), so the mappings
-    start there for every token. As H_pre sums to 1, H_res is doubly stochastic and the streams start equal,
-    the forward pass is Pre-LN's at init, to rounding, whatever the weights of the sub-layers.
+    start there for every token. As H_pre sums to 1 (+ n eps), H_res is doubly stochastic (to eps) and the
+    streams start equal, the forward pass is Pre-LN's at init, to 1e-6, whatever the weights of the sub-layers.
     """
 
     def __init__(self, cfg: ModelConfig, k: int):
@@ -212,12 +239,13 @@ class ManifoldHyperConnection(nn.Module):
         self.b_res = nn.Parameter(b_res.flatten())  # flat: a bias, so no weight decay
 
     def mappings(self, x):
-        """H_pre (..., n), H_post (..., n), H_res (..., n, n) of the streams x (..., n, d)."""
-        n = self.n
+        """H_pre (..., n), H_post (..., n), H_res (..., n, n) of the streams x (..., n, d); H_res[m, n] is old
+        stream m's weight in new stream n (DeepSeek's `comb` layout)."""
+        n, wide = self.n, torch.promote_types(x.dtype, torch.float32)  # at least float32
         with full_precision(x):
-            flat = F.rms_norm(x.flatten(-2).float(), (n * x.shape[-1],), eps=self.eps)
-            pre, post, res = self.phi(flat.to(self.phi.weight.dtype)).float().split([n, n, n * n], -1)
-        H_pre = torch.sigmoid(self.a_pre * pre + self.b_pre)
+            flat = F.rms_norm(x.flatten(-2).to(wide), (n * x.shape[-1],), eps=self.eps)
+            pre, post, res = self.phi(flat.to(self.phi.weight.dtype)).to(wide).split([n, n, n * n], -1)
+        H_pre = torch.sigmoid(self.a_pre * pre + self.b_pre) + PRE_EPS
         H_post = 2 * torch.sigmoid(self.a_post * post + self.b_post)
         H_res = sinkhorn_knopp((self.a_res * res + self.b_res).unflatten(-1, (n, n)))
         return H_pre.to(x.dtype), H_post.to(x.dtype), H_res.to(x.dtype)
@@ -225,17 +253,23 @@ class ManifoldHyperConnection(nn.Module):
     def forward(self, x, sublayer):
         H_pre, H_post, H_res = self.mappings(x)
         with full_precision(x):
-            h, kept = (H_pre.unsqueeze(-2) @ x).squeeze(-2), H_res @ x
+            h, kept = (
+                (H_pre.unsqueeze(-2) @ x).squeeze(-2),
+                H_res.transpose(-1, -2) @ x,
+            )  # kept_n = sum_m H_res[m, n] x_m
         return kept + H_post.unsqueeze(-1) * sublayer(h).unsqueeze(-2)
 
 
 @register("mhc", label="mHC", family="stream", colour="#a63603", dropout=True, model_hooks=STREAMS)
 class MHC(ClassicBlock):
-    """x <- H_res x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).
+    """x <- H_res^T x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).
 
     Always dynamic (`hc_dynamic` is HC's only). n streams as HC, output N_f(sum of the streams). The
-    sub-layer index k counts attention and MLP separately, as HC's. No recipe: the paper trains mHC with its
-    baselines' settings, nothing of its own.
+    sub-layer index k counts attention and MLP separately, as HC's. H_res is applied as DeepSeek's reference
+    applies it (ManifoldHyperConnection): each new stream a convex combination of the old ones. Not taken from
+    the reference: its `mhc_head`, a learned sigmoid mix of the streams before the output head in place of
+    their sum (the output stays HC's sum, as the README's block table has it for both blocks). No recipe: the paper trains mHC
+    with its baselines' settings, nothing of its own.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):

@@ -19,7 +19,7 @@ from blocklab.blocks.decoder import DecoderBlock
 from blocklab.blocks.hooks import ModelHooks
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, Dropout, make_norm, norm_layer
-from blocklab.registry import OPTIONS, register
+from blocklab.registry import DEFAULT_OPTIONS, register
 
 # ----------------------------------------------------------------------------------------------- HybridNorm
 
@@ -46,8 +46,8 @@ class QKVNormAttention(MultiHeadAttention):
         super().__init__(cfg)
         self.qk_norm = QKVNorm(cfg)
 
-    def keys_values(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k, v = super().keys_values(m)  # keys already normalised by qk_norm.k
+    def keys_values(self, m: torch.Tensor, values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = super().keys_values(m, values)  # keys already normalised by qk_norm.k
         return k, self.qk_norm.v(v)
 
 
@@ -59,7 +59,7 @@ class QKVNormAttention(MultiHeadAttention):
     dropout=True,
     # The block always normalises queries and keys (and values) with the config's norm: qk_norm=True would
     # add nothing, so it is refused rather than silently ignored.
-    options=tuple(o for o in OPTIONS if o != "qk_norm"),
+    options=tuple(o for o in DEFAULT_OPTIONS if o != "qk_norm"),
 )
 class HybridNorm(nn.Module):
     """x_m = x + MHA(N(x W_Q), N(x W_K), N(x W_V)) W_O; y = N(x_m) + MLP(N(x_m)), N per head on q, k, v (Zhuo et al. 2025).

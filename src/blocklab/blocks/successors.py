@@ -18,7 +18,7 @@ from blocklab.attention import MultiHeadAttention
 from blocklab.blocks.classic import ClassicBlock
 from blocklab.config import ModelConfig
 from blocklab.layers import MLP, Dropout, gain, norm_layer
-from blocklab.registry import Predictions, register
+from blocklab.registry import DEFAULT_OPTIONS, Predictions, register
 
 
 # No recipe: the paper reports deep ReZero stacks trained without warm-up (Sec. 1) as a result, not as a
@@ -92,17 +92,26 @@ class MixLN(ClassicBlock):
         return u + self.drop(self.mlp(self.norms[1](u)))
 
 
-@register("lns", label="LayerNorm Scaling", family="successor", colour="#c5b0d5", dropout=True)
+@register(
+    "lns",
+    label="LayerNorm Scaling",
+    family="successor",
+    colour="#c5b0d5",
+    dropout=True,
+    options=(*DEFAULT_OPTIONS, "canon"),
+)
 class LNS(ClassicBlock):
-    """Pre-LN with each norm's output scaled by 1/sqrt(l), l = 1..N (Sun et al. 2025, eq. 9)."""
+    """Pre-LN with each norm's output scaled by 1/sqrt(l), l = 1..N (Sun et al. 2025, eq. 9).
+
+    With `canon`, the Canon layers sit as in Pre-LN, A and C on the scaled norms' outputs."""
 
     def __init__(self, cfg, layer):
         super().__init__(cfg, layer, n_norms=2)
         self.scale = 1.0 / math.sqrt(layer + 1)
 
     def forward(self, x, key_mask=None):
-        u = x + self.drop(self.attn(self.scale * self.norms[0](x), key_mask))
-        return u + self.drop(self.mlp(self.scale * self.norms[1](u)))
+        u = x + self.drop(self.attn(self.canon_a(self.scale * self.norms[0](x), key_mask), key_mask))
+        return u + self.drop(self.mlp(self.canon_c(self.scale * self.norms[1](u), key_mask), key_mask))
 
 
 @register("op", label="OP", family="successor", colour="#f7b6d2", beta_ff=0.2, beta_sa=0.2, has_norms=False)

@@ -40,7 +40,8 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     learned position embeddings N(0, 1/d) (fairseq: `normal_(0, d**-0.5)`). Biases start at zero either way.
 
     A Linear whose WeightInit (blocklab.layers) says otherwise starts so under either init: zero (shaped
-    attention's W^Q, the dW of I + dW) or Xavier-normal or -uniform at its gain (DeepNorm's, T-Fixup's); an
+    attention's W^Q, the dW of I + dW), Xavier-normal or -uniform at its gain (DeepNorm's, T-Fixup's) or normal
+    at gain / sqrt(fan_in) (MUDDFormer's); an
     Embedding that declares an EmbeddingInit is drawn N(0, std^2) at its std. The modules are drawn
     in the order model.modules() lists them; a token model's block then has its `after_update` hook
     (blocks/hooks.py), so that it starts as it trains, and last its `after_init` hook, once.
@@ -63,6 +64,8 @@ def init_module(m: nn.Module, cfg: ModelConfig) -> None:
             nn.init.zeros_(m.weight)
         elif spec.rule is InitRule.XAVIER_NORMAL:
             nn.init.xavier_normal_(m.weight, gain=spec.gain)
+        elif spec.rule is InitRule.FAN_IN_NORMAL:
+            nn.init.normal_(m.weight, std=spec.gain / math.sqrt(m.in_features))
         elif cfg.init == "normal" and spec.rule is InitRule.CONFIG:
             nn.init.normal_(m.weight, std=0.02)
         else:  # the config's Xavier-uniform, or one the module declares under either init

@@ -2,13 +2,15 @@
 stream itself). Every block gets the hidden-state norm per layer (Xiong et al.'s Lemma 2 growth, the "PreNorm
 dilution" these papers argue about); each stream block adds what it changes:
 
-- Hyper-Connections / mHC: each sub-layer's residual mixing matrix (HC's A_r^T, mHC's H_res; n x n, the mean
+- Hyper-Connections / mHC: each sub-layer's residual mixing matrix M as it acts on the streams, new stream
+  j = sum_i M[j, i] H_i (HC's A_r^T; mHC's H_res^T, as DeepSeek's reference applies H_res; n x n, the mean
   over tokens), its width connections (A_m / H_pre, B / H_post), and the gain of their product over depth.
   Gain is mHC's "Amax gain magnitude" (Xie et al. 2025, Sec. 3.1, Fig. 3): the largest absolute row sum of a
   mapping (what it does to the forward signal) and the largest absolute column sum (to the backward gradient),
   per token, averaged over the batch's tokens; the largest over tokens is kept too. The composite at
   sub-layer k is the product of the residual mappings of sub-layers 1..k, per token. mHC's doubly stochastic
-  H_res bound it near 1; HC's do not.
+  H_res bound it near 1 (its forward gain is 1 to eps: each row of H_res^T, a column of H_res, sums to 1);
+  HC's do not.
 - Attention Residuals: each mix's softmax weights over its sources (mean over tokens), a sub-layers by sources
   map. DenseFormer: each depth-weighted average's alphas (parameters; no batch needed), blocks by sources.
 - ResFormer: each layer's (lambda_1, lambda_2).
@@ -97,7 +99,8 @@ def mixing(captured, mask) -> dict | None:
             beta = beta.expand(*H.shape[:-2], n) if beta.dim() == 1 else beta
             M, p, q = alpha[..., 1:].transpose(-1, -2), alpha[..., 0], beta  # new stream j = sum_i A_r[i, j] H_i
         else:
-            p, q, M = m.mappings(H)  # x <- H_res x
+            p, q, H_res = m.mappings(H)
+            M = H_res.transpose(-1, -2)  # new stream n = sum_m H_res[m, n] x_m
         M, p, q = (_tokens(t.float(), mask, 0) for t in (M, p, q))
         per_token.append(M)
         residual.append(M.mean(0).tolist())

@@ -1,0 +1,76 @@
+"""Frac-Connections (Zhu et al. 2025, "Frac-Connections: Fractional Extension of Hyper-Connections", arXiv
+2503.14125): Hyper-Connections with an expansion rate 1/m, the d-wide hidden state split into m fractions of
+d / m that play the streams' part, so the state between blocks stays d wide.
+
+No official code is published; the paper gives its own PyTorch pseudocode (Appendix A, Algorithms 2 and 3),
+which this port follows. The most used implementation, lucidrains' `hyper-connections` (`num_fracs`), differs
+from it (hyper_connections.py at 47751035, run at m = 2 with one stream): its static alpha lays the m input
+columns out where its einsum reads them interleaved with the residual ones, so at init every fraction of the
+sub-layer's input is the state's first fraction; and its beta is a static m-vector broadcast over the branch
+output's fractions, so each fraction of the new state adds the sum of all the output's fractions. Neither is
+the paper's Eq. 15 start, at which the block is Pre-LN.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from blocklab.blocks.classic import ClassicBlock
+from blocklab.blocks.hyper import DynamicConnections, full_precision, sublayers
+from blocklab.config import ModelConfig
+from blocklab.registry import register
+
+
+class FracConnection(DynamicConnections):
+    """H <- B^T F(Y^T H) + A^T H around one sub-layer F, H the state's m fractions (Frac-Connections eqs. 6-8).
+
+    H = Reshape(h, (m, d / m)), one fraction a row. The frac-connection matrix's lower rows [Y | A] (m x 2m, eq.
+    7) are stored flat and B (1 x m) as a vector. The sub-layer reads the m mixed fractions Y^T H side by side,
+    Reshape(Y^T H, (d,)) (Algorithm 1, line 4), and its output's fraction j, scaled by beta_j, is added to
+    fraction j of A^T H (line 5). Dynamic (eqs. 11-14): Y(H), A(H) = s_alpha tanh(Norm(H) [W_gamma | W_alpha]) +
+    [Y | A] and B(H) = s_beta tanh(Norm(H) W_beta)^T + B, Norm over each fraction (d / m wide), one s_alpha for
+    Y and A (Algorithm 2's `dynamic_alpha_fn` and `dynamic_alpha_scale`). Init (eq. 15): Y = A = I, B = 1, W = 0,
+    s = 0.01."""
+
+    def __init__(self, cfg: ModelConfig):
+        m = cfg.frac_fractions
+        eye = torch.eye(m)
+        super().__init__(cfg, torch.cat([eye, eye], dim=1), cfg.d_model // m)
+
+    def forward(self, h, sublayer):
+        m = self.n
+        H = h.unflatten(-1, (m, -1))  # (..., m, d / m)
+        alpha, beta = self.connections(H)
+        with full_precision(H):
+            mix = alpha.transpose(-1, -2).to(H.dtype) @ H  # (..., 2m, d / m): Y^T H, then A^T H
+        y = sublayer(mix[..., :m, :].flatten(-2)).unflatten(-1, (m, -1))
+        return (beta.unsqueeze(-1) * y + mix[..., m:, :]).flatten(-2)
+
+
+@register("frac-connections", label="Frac-Connections", family="stream", colour="#fd8d3c", dropout=True)
+class FracConnections(ClassicBlock):
+    """H <- B^T F(Norm(Y^T H)) + A^T H per sub-layer F, the d-wide state in m fractions (Zhu et al. 2025, eq. 8).
+
+    m = `frac_fractions` (the paper's ablations use 2 and 4); static or dynamic as Hyper-Connections
+    (`hc_dynamic`). Each sub-layer F_k(h) = Dropout(Sub-layer(Norm(h))) is Pre-LN's, with its own connections
+    (Algorithm 3: `atten_frac_connection`, `ffn_frac_connection`); the state between blocks is the d-vector
+    whose fractions H holds (Algorithm 1 reshapes it at each connection), and the final norm reads it (line 8).
+    At init (eq. 15) every connection is the identity with B = 1, so the block is Pre-LN exactly; m = 1 is
+    Hyper-Connections with one stream, Pre-LN too.
+
+    What the paper's pseudocode settles: Y, A and the dynamic W get their rows from the fractions of H one by
+    one, each through the norm of its own width d / m; the static parts get no weight decay, the dynamic W do
+    (Sec. 4.3; here by the package's rule, the static parts being stored flat). Choices written down: the
+    dynamic norm is the config's kind (the pseudocode's LayerNorm: `norm="layernorm"`); the pseudocode's bf16
+    cast of the mixed fractions is the training precision's business here (the mixing runs in the state's own
+    dtype, float32 under autocast). No recipe: the paper trains with its OLMo2 / OLMoE baselines' settings.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer, n_norms=2)
+        self.frac = torch.nn.ModuleList(FracConnection(cfg) for _ in range(2))
+
+    def forward(self, h, key_mask=None):
+        attn, mlp = sublayers(self, key_mask)
+        h = self.frac[0](h, attn)
+        return self.frac[1](h, mlp)
