@@ -36,12 +36,12 @@ def test_every_preset_builds_valid_configs(name):
 def test_presets_match_their_papers():
     quick = load_sweep("quick")
     # tuning runs on seeds 5 and 6; 30 final runs follow (and a value beyond a grid edge where a best sits on one)
-    assert quick.seeds == [0, 1, 2, 3, 4] and len(quick.runs) == 2 * (2 * 5 + 4 * 5)
-    assert {r.config.train.seed for r in quick.runs} == {5, 6} and quick.n_runs == 90
+    assert quick.seeds == [0, 1, 2, 3, 4] and len(quick.runs) == 2 * (2 * 3 + 4 * 4)
+    assert {r.config.train.seed for r in quick.runs} == {5, 6} and quick.n_runs == 44 + 30
     he = [r.config for r in quick.runs if r.experiment == "he"]
     assert all(r.config.train.stall_patience == 0 for r in quick.runs)  # both recipes have a plateau
     assert {c.model.block for c in he} == {"pre-ln", "sas-p"} and all(c.model.init == "normal" for c in he)
-    assert sorted({c.train.lr for c in he}) == [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
+    assert sorted({c.train.lr for c in he}) == [1e-3, 3e-3, 1e-2]
     xq = [r.config for r in quick.runs if r.experiment == "xiong"]
     assert {(c.model.block, c.train.warmup_steps) for c in xq} == {
         (b, w) for b in ("post-ln", "pre-ln") for w in (0, 30)
@@ -51,7 +51,7 @@ def test_presets_match_their_papers():
         == ("xavier", "layernorm", "adam", "inv_sqrt", 30, 0.98)
         for c in xq
     )
-    assert sorted({c.train.lr for c in xq}) == [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
+    assert sorted({c.train.lr for c in xq}) == [1e-3, 3e-3, 1e-2, 3e-2]
     xiong = [r for r in load_sweep("xiong-warmup").runs if r.config.train.optimizer == "adam"]  # SGD: test_presets
     assert {r.config.train.warmup_steps for r in xiong} == {0, 12, 100}
     assert all(r.config.train.schedule == "inv_sqrt" and r.config.train.inv_sqrt_scale == 100 for r in xiong)
