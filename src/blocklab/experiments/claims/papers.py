@@ -38,12 +38,12 @@ def params_text(g: dict, r: dict) -> str:
 
 def _he_judge(ctx: Context, b: dict) -> tuple[str, str, str]:
     g, r = ctx.groups[b["group"]], ctx.groups[b["ref"]]
-    claim = f"{g['label']} trains as fast per step as Pre-LN, with fewer parameters"
+    # The parameter saving is part of the claim for the blocks that remove matrices (SAS, SAS-P); the
+    # intermediate ones (V-SkipInit, the shaped value/projection) keep Pre-LN's count and claim the speed alone.
+    fewer = bool(g.get("n_params") and r.get("n_params") and g["n_params"] < r["n_params"])
+    claim = f"{g['label']} trains as fast per step as Pre-LN" + (", with fewer parameters" if fewer else "")
     status, why = non_inferior(ctx, b["group"], b["ref"])
     params = params_text(g, r)
-    fewer = bool(g.get("n_params") and r.get("n_params") and g["n_params"] < r["n_params"])
-    if not fewer and g.get("n_params") and r.get("n_params"):
-        status, why = NOT, f"it does not have fewer parameters; {why}"
     speed = ""
     if g.get("tokens_per_s") and r.get("tokens_per_s"):
         alone = "" if g.get("measured_alone") and r.get("measured_alone") else " (runs shared the machine)"
@@ -54,9 +54,8 @@ def _he_judge(ctx: Context, b: dict) -> tuple[str, str, str]:
 HE_PER_STEP = Rule(
     key="he-per-step",
     paper=HE,
-    statement=non_inferiority(
-        "Pre-LN", hold=" and the block has fewer parameters", fail=", or the block has no fewer parameters"
-    ),
+    statement=non_inferiority("Pre-LN")
+    + " A block with fewer parameters than Pre-LN claims the saving too (it is counted, not tested).",
     find=_he_find,
     judge=_he_judge,
 )
