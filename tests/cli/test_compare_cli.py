@@ -239,3 +239,14 @@ def test_runs_the_sweep_no_longer_names_are_kept_and_said(tmp_path, overrides):
     )
     assert (out / "runs" / "old" / "summary.json").is_file()  # kept
     assert any("1 run(s)" in s and "(old)" in s and "left out" in s for s in seen)
+
+
+def test_one_experiment_of_a_sweep_runs_alone(capsys):
+    assert main(["compare", "--preset", "warmup-answers", "--experiments", "clm", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "clm_admin_lr0.001_s5" in out and "translation_" not in out
+    assert main(["compare", "--preset", "warmup-answers", "--experiments", "nope", "--list"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("blocklab compare: error:") and "its experiments: clm, translation" in err
+    assert main(["compare", "--preset", "zoo", "--experiments", "clm", "--list"]) == 2
+    assert "single experiment" in capsys.readouterr().err

@@ -89,6 +89,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="sweep directory (needed unless --list)")
     p.add_argument("--list", action="store_true", help="list the runs and exit without training (needs no --out)")
     p.add_argument(
+        "--experiments",
+        help="comma-separated experiments of the sweep to run alone (the others' runs are left out), e.g. clm",
+    )
+    p.add_argument(
         "--seeds",
         help="comma-separated final seeds replacing the sweep's, e.g. 5,6,7,8,9 (the default tuning seeds follow: "
         "the two integers after the largest), or auto (the count chosen by the sweep's [power] table)",
@@ -123,7 +127,8 @@ def run(args) -> int:
     if bool(args.preset) == bool(args.sweep):
         raise UserError("give either --preset NAME or a SWEEP.toml file")
     seeds = _seeds(args.seeds) if args.seeds is not None else None
-    sweep = load_sweep(args.preset or args.sweep, parse_overrides(args.overrides), seeds)
+    only = [x for x in args.experiments.split(",") if x] if args.experiments else None
+    sweep = load_sweep(args.preset or args.sweep, parse_overrides(args.overrides), seeds, only)
     if args.list:
         _list(sweep)
         return 0

@@ -521,14 +521,37 @@ def _check_seeds(seeds) -> None:
         )
 
 
-def load_sweep(preset_or_path: str, extra: dict | None = None, seeds: list[int] | None = None) -> Sweep:
+def load_sweep(
+    preset_or_path: str, extra: dict | None = None, seeds: list[int] | None = None, only: list[str] | None = None
+) -> Sweep:
+    """A preset or a SWEEP.toml, built; `only`: the experiments to keep (the others' runs are left out)."""
     from blocklab.experiments.presets import PRESETS
 
     if preset_or_path in PRESETS:
-        return build_sweep(PRESETS[preset_or_path], extra, seeds)
-    if not Path(preset_or_path).is_file():
+        spec = PRESETS[preset_or_path]
+    elif not Path(preset_or_path).is_file():
         raise UserError(f"{preset_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a sweep file")
-    return build_sweep(read_toml(preset_or_path, "sweep file"), extra, seeds)
+    else:
+        spec = read_toml(preset_or_path, "sweep file")
+    return build_sweep(only_experiments(spec, only) if only else spec, extra, seeds)
+
+
+def only_experiments(spec: dict, names: list[str]) -> dict:
+    """The sweep `spec` with only the experiments `names` and their runs (one part of a larger sweep, run alone)."""
+    table = spec.get("experiments")
+    if not isinstance(table, dict):
+        raise UserError("--experiments needs a sweep with [experiments]; this one has a single experiment")
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise UserError(
+            f"--experiments {unknown[0]!r} is not an experiment of the sweep; its experiments: {', '.join(table)}"
+        )
+    runs = [r for r in spec.get("runs", []) if r.get("experiment") in names]
+    out = dict(spec, experiments={n: table[n] for n in names}, runs=runs)
+    if spec.get("grid") and spec.get("grid_experiment") not in names:
+        out.pop("grid", None)
+        out.pop("grid_experiment", None)
+    return out
 
 
 def run_status(run_dir: Path) -> str | None:
