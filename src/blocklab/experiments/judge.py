@@ -11,6 +11,7 @@ completed seeds, each comparison's tests, the families and their corrections, th
 
 from __future__ import annotations
 
+import copy
 import math
 
 from blocklab import stats
@@ -20,6 +21,46 @@ from blocklab.experiments.frontier import judge_frontier
 FAILED = ("diverged", "stalled", "plateau")  # a run that ended on (or near) the unigram plateau: "plateau"
 TRAINED = ("completed", "plateau")  # trained to the end of its schedule; its raw score says which
 FORMAT = 2  # verdicts.json's layout: failures apart, tests paired by seed, families, claims with their rules
+
+RAW_EXPERIMENT = (
+    "title metric lower_is_better tuned values tuning_seeds extend reference tolerance margin cap "
+    "tuning_runs_reused seeds_auto eval_noise eval_noise_paired sizes groups secondary frontier"
+).split()
+RAW_GROUP = (
+    "label settings facts curve seeds statuses raw n_params tokens_per_s measured_alone flops eval_se "
+    "eval_se_paired measures"
+).split()
+RAW_POINT = "value seeds statuses raw extended".split()
+RAW_METRIC = "lower_is_better cap limit step margin groups".split()
+RAW_SEEDS = "seeds statuses raw".split()
+RAW_FRONTIER_POINT = "size flops best seeds statuses raw".split()
+
+
+def pick(d: dict, keys: list[str]) -> dict:
+    return {k: copy.deepcopy(d[k]) for k in keys if k in d}
+
+
+def raw_layer(verdicts: dict) -> dict:
+    """The raw layer of a current verdicts.json: what judge reads, nothing it derives."""
+    experiments = {}
+    for name, exp in verdicts["experiments"].items():
+        e = pick(exp, RAW_EXPERIMENT)
+        e["groups"] = {}
+        for g_name, g in exp["groups"].items():
+            entry = pick(g, RAW_GROUP)
+            entry["curve"] = [pick(p, RAW_POINT) for p in g.get("curve") or []]
+            e["groups"][g_name] = entry
+        e["secondary"] = {
+            k: dict(pick(m, RAW_METRIC), groups={n: pick(x, RAW_SEEDS) for n, x in m["groups"].items()})
+            for k, m in (exp.get("secondary") or {}).items()
+        }
+        if exp.get("frontier"):
+            e["frontier"] = {
+                n: {"points": [pick(p, RAW_FRONTIER_POINT) for p in f.get("points") or []]}
+                for n, f in exp["frontier"].items()
+            }
+        experiments[name] = e
+    return {"sweep": verdicts.get("sweep"), "experiments": experiments}
 
 
 def classify(status: str | None, raw, cap, tolerance: float, lower_is_better: bool) -> str:

@@ -9,54 +9,21 @@ then was one that failed, and the groups' facts come from the plan in DIR/sweep.
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 from blocklab.errors import UserError
-from blocklab.experiments.judge import FORMAT, judge
+from blocklab.experiments.judge import (
+    FORMAT,
+    RAW_EXPERIMENT,
+    RAW_GROUP,
+    RAW_METRIC,
+    judge,
+    pick,
+    raw_layer,
+)
+from blocklab.experiments.protocol import DEFAULT_MARGIN
 from blocklab.experiments.records import group_facts
-
-RAW_EXPERIMENT = (
-    "title metric lower_is_better tuned values tuning_seeds extend reference tolerance margin cap "
-    "tuning_runs_reused seeds_auto eval_noise eval_noise_paired sizes groups secondary frontier"
-).split()
-RAW_GROUP = (
-    "label settings facts curve seeds statuses raw n_params tokens_per_s measured_alone flops eval_se "
-    "eval_se_paired measures"
-).split()
-RAW_POINT = "value seeds statuses raw extended".split()
-RAW_METRIC = "lower_is_better cap limit step margin groups".split()
-RAW_SEEDS = "seeds statuses raw".split()
-RAW_FRONTIER_POINT = "size flops best seeds statuses raw".split()
-DEFAULT_MARGIN = 0.1
-
-
-def _pick(d: dict, keys: list[str]) -> dict:
-    return {k: copy.deepcopy(d[k]) for k in keys if k in d}
-
-
-def raw_layer(verdicts: dict) -> dict:
-    """The raw layer of a current verdicts.json: what judge reads, nothing it derives."""
-    experiments = {}
-    for name, exp in verdicts["experiments"].items():
-        e = _pick(exp, RAW_EXPERIMENT)
-        e["groups"] = {}
-        for g_name, g in exp["groups"].items():
-            entry = _pick(g, RAW_GROUP)
-            entry["curve"] = [_pick(p, RAW_POINT) for p in g.get("curve") or []]
-            e["groups"][g_name] = entry
-        e["secondary"] = {
-            k: dict(_pick(m, RAW_METRIC), groups={n: _pick(x, RAW_SEEDS) for n, x in m["groups"].items()})
-            for k, m in (exp.get("secondary") or {}).items()
-        }
-        if exp.get("frontier"):
-            e["frontier"] = {
-                n: {"points": [_pick(p, RAW_FRONTIER_POINT) for p in f.get("points") or []]}
-                for n, f in exp["frontier"].items()
-            }
-        experiments[name] = e
-    return {"sweep": verdicts.get("sweep"), "experiments": experiments}
 
 
 def _old_seeds(seeds, statuses, scores) -> dict:
@@ -102,7 +69,7 @@ def upgrade(verdicts: dict, plan: dict | None, out: Path) -> dict:
                 "curve": curve,
                 **_old_seeds(g.get("seeds") or [], g.get("statuses") or [], g.get("scores") or []),
             }
-            groups[g_name] = _pick(old, RAW_GROUP)
+            groups[g_name] = pick(old, RAW_GROUP)
         secondary = {}
         for key, m in (exp.get("secondary") or {}).items():
             found = {}
@@ -112,9 +79,9 @@ def upgrade(verdicts: dict, plan: dict | None, out: Path) -> dict:
                 )
                 statuses = [primary.get(s, "completed") for s in x.get("seeds") or []]
                 found[g_name] = _old_seeds(x.get("seeds") or [], statuses, x.get("scores") or [])
-            secondary[key] = _pick({**m, "groups": found}, RAW_METRIC)
+            secondary[key] = pick({**m, "groups": found}, RAW_METRIC)
         defaults = {"margin": DEFAULT_MARGIN, "extend": 0, "seeds_auto": None}
-        experiments[name] = _pick(
+        experiments[name] = pick(
             {**defaults, **exp, "groups": groups, "secondary": secondary, "frontier": None}, RAW_EXPERIMENT
         )
     return {"sweep": verdicts.get("sweep"), "experiments": experiments}

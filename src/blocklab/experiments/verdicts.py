@@ -9,7 +9,7 @@ from pathlib import Path
 
 from blocklab import stats
 from blocklab.experiments import records as R
-from blocklab.experiments.judge import classify, judge, tuning_analysis
+from blocklab.experiments.judge import classify, judge, raw_layer, tuning_analysis
 from blocklab.experiments.protocol import auto_count
 from blocklab.experiments.secondary import secondary_metrics
 from blocklab.experiments.sweep import GroupSpec, RunSpec, Sweep, group_key
@@ -231,4 +231,5 @@ def compute_verdicts(sweep: Sweep, out: str | Path, finals: list[RunSpec], count
     experiments = {
         _exp_name(sweep, exp): _experiment(sweep, out, exp, finals, counts or {}) for exp in _experiments(sweep)
     }
-    return judge({"sweep": sweep.name, "experiments": experiments})
+    # through the raw layer, as a rejudge reads the file back: the same fields in the same order either way
+    return judge(raw_layer({"sweep": sweep.name, "experiments": experiments}))
