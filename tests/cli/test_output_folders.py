@@ -17,7 +17,7 @@ def _refuse_writes(monkeypatch, code):
 
 @pytest.mark.parametrize("code, words", [(errno.EROFS, "choose another path"), (errno.ENOSPC, "free some space")])
 def test_compare_checks_its_folder_first(tmp_path, capsys, monkeypatch, code, words):
-    monkeypatch.setattr("blocklab.experiments.runner.run_many", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr("blocklab.experiments.jobs.run_many", lambda *a, **k: pytest.fail("trained"))
     _refuse_writes(monkeypatch, code)
     assert main(["compare", "--preset", "quick", "--out", str(tmp_path / "sweep")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

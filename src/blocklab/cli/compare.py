@@ -86,7 +86,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument("sweep", nargs="?", help="SWEEP.toml file (or use --preset)")
     p.add_argument("--preset", help=f"a built-in sweep: {', '.join(PRESETS)}")
-    p.add_argument("--out", help="sweep directory (needed unless --list)")
+    p.add_argument(
+        "--out",
+        help="sweep directory (needed unless --list); with --launcher ray, a folder that every node of the "
+        "cluster sees and writes (a shared file system: compare checks each node before any run)",
+    )
     p.add_argument("--list", action="store_true", help="list the runs and exit without training (needs no --out)")
     p.add_argument(
         "--experiments",
@@ -106,6 +110,30 @@ def add_parser(sub) -> None:
         "runs per core, else 1 (measured: benchmarks/RESULTS.md)",
     )
     p.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        default="local",
+        help="where the runs train: local (default: this machine, --jobs at a time) or ray (each run one Ray "
+        "task on a Ray cluster, as many at once as its free CPUs/GPUs allow; needs pip install 'blocklab[ray]', "
+        "README 'On a cluster')",
+    )
+    p.add_argument(
+        "--ray-address",
+        help="with --launcher ray: the cluster's address, HOST:PORT of its head (default: RAY_ADDRESS; without "
+        "either, a local Ray instance on this machine)",
+    )
+    p.add_argument(
+        "--cpus-per-run",
+        type=float,
+        help="with --launcher ray: CPUs each run asks of the cluster, and its torch threads (default 1)",
+    )
+    p.add_argument(
+        "--gpus-per-run",
+        type=float,
+        help="with --launcher ray: GPUs each run asks of the cluster; a fraction shares a GPU between runs, "
+        "e.g. 0.25 for four small runs on one GPU (default 0: the runs train on CPUs)",
+    )
+    p.add_argument(
         "--rerun-changed",
         action="store_true",
         help="move stored runs whose settings differ from the sweep's to DIR/replaced/ and train "
@@ -117,15 +145,15 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from blocklab.errors import UserError
-    from blocklab.experiments import load_sweep, run_probes, run_sweep
+    from blocklab.experiments import load_sweep
     from blocklab.experiments.jobs import default_jobs
+    from blocklab.experiments.lock import sweep_lock
     from blocklab.training.config import parse_overrides
 
     if bool(args.preset) == bool(args.sweep):
         raise UserError("give either --preset NAME or a SWEEP.toml file")
+    launcher = _launcher(args)
     seeds = _seeds(args.seeds) if args.seeds is not None else None
     only = [x for x in args.experiments.split(",") if x] if args.experiments else None
     sweep = load_sweep(args.preset or args.sweep, parse_overrides(args.overrides), seeds, only)
@@ -134,14 +162,21 @@ def run(args) -> int:
         return 0
     if not args.out:
         raise UserError("--out DIR is needed to run the sweep (only --list goes without it)")
-    if args.jobs is not None and args.jobs < 1:
-        raise UserError(f"--jobs {args.jobs} is not valid; give a positive number of runs at once")
     jobs = args.jobs or default_jobs([r.config for r in sweep.runs])
+    where = f"{jobs} at a time" if launcher is None else "as Ray tasks"
     print(
-        f"sweep {sweep.name}: {sweep.n_runs} runs into {args.out}, {jobs} at a time "
-        f"({sweep.expected_cost or 'cost unknown'})",
+        f"sweep {sweep.name}: {sweep.n_runs} runs into {args.out}, {where} ({sweep.expected_cost or 'cost unknown'})",
         file=sys.stderr,
     )
+    with sweep_lock(args.out):  # one compare at a time in DIR, its probes and report included
+        return _run_locked(args, sweep, jobs, launcher)
+
+
+def _run_locked(args, sweep, jobs: int, launcher) -> int:
+    from pathlib import Path
+
+    from blocklab.experiments import run_probes, run_sweep
+
     result = run_sweep(
         sweep,
         args.out,
@@ -149,6 +184,7 @@ def run(args) -> int:
         jobs=jobs,
         rerun_changed=args.rerun_changed,
         log=_log,
+        launcher=launcher,
     )
     if result["status"] == "interrupted":
         return 130
@@ -169,6 +205,40 @@ def run(args) -> int:
         if used:
             _log(f"report logged to {' and '.join(used)}: the run named 'report' in the sweep's group")
     return 0
+
+
+def _launcher(args):
+    """None for the local pool (after checking --jobs), or a RayLauncher whose settings are valid and whose
+    package is installed: every such mistake is one line before the sweep is even read."""
+    from blocklab.errors import UserError
+
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs} is not valid; give a positive number of runs at once")
+    ray_only = [f for f, v in (("--ray-address", args.ray_address), ("--cpus-per-run", args.cpus_per_run),
+                               ("--gpus-per-run", args.gpus_per_run)) if v is not None]  # fmt: skip
+    if args.launcher == "local":
+        if ray_only:
+            raise UserError(f"{ray_only[0]} goes with --launcher ray")
+        return None
+    if args.jobs is not None:
+        raise UserError(
+            "--jobs is the local launcher's; with --launcher ray the cluster's free CPUs and GPUs say how many runs train at once"
+        )
+    cpus = 1.0 if args.cpus_per_run is None else args.cpus_per_run
+    gpus = 0.0 if args.gpus_per_run is None else args.gpus_per_run
+    if not cpus > 0:
+        raise UserError(f"--cpus-per-run {cpus:g} is not valid; give a positive number of CPUs, e.g. 1")
+    if not gpus >= 0 or (gpus > 1 and gpus != int(gpus)):
+        raise UserError(
+            f"--gpus-per-run {gpus:g} is not valid; give 0, a fraction of one GPU such as 0.25, or whole GPUs"
+        )
+    if args.list:
+        return None
+    from blocklab.experiments.ray_launcher import RayLauncher, cluster_address, require_ray
+
+    address = cluster_address(args.ray_address)
+    require_ray(address)
+    return RayLauncher(address, cpus, gpus)
 
 
 def _log(*parts) -> None:

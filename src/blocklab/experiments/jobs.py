@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -25,6 +26,8 @@ from blocklab.atomic import write_atomic
 # workers' start is not paid back); d=512 runs gain about nothing (1.01-1.08x).
 SMALL_WIDTH = 256
 RUNS_PER_PROCESS = 4
+# A run with one of these statuses is finished: kept as it is when the sweep runs again, never trained again.
+FINISHED = ("completed", "diverged", "stalled")
 
 
 def cpu_count() -> int:
@@ -81,17 +84,38 @@ def _train_one(config, run_dir: str, resume: bool, label: str, jobs: int) -> dic
         print(f"  [{label}]", *parts, file=sys.stderr, flush=True)
 
     summary = train(config, run_dir, resume=resume, progress=False, log=log)
-    return record_threads(Path(run_dir), summary, torch.get_num_threads(), jobs)
+    return record_run(Path(run_dir), summary, torch.get_num_threads(), jobs)
 
 
-def record_threads(run_dir: Path, summary: dict, threads: int, jobs: int) -> dict:
-    """summary.json says how the run shared the machine: its thread count and how many runs ran at once
-    (throughput and wall-clock figures of a run that shared the machine are not a speed measurement)."""
-    summary = dict(summary, threads=threads, concurrent_runs=jobs)
+def record_run(run_dir: Path, summary: dict, threads: int, jobs: int, launcher: str = "local", **where) -> dict:
+    """summary.json says where the run trained and how it shared the machine: the launcher (`local`, or `ray`
+    with `ray_node_id`), the host, its thread count and how many runs ran at once (throughput and wall-clock
+    figures of a run that shared the machine are not a speed measurement)."""
+    where = {"host": socket.gethostname(), **where}
+    summary = dict(summary, launcher=launcher, **where, threads=threads, concurrent_runs=jobs)
     path = run_dir / "summary.json"
     if path.is_file():
         write_atomic(path, json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+class LocalLauncher:
+    """The runs of a sweep on this machine, `jobs` at a time (run_many). The other launcher, `compare --launcher
+    ray` (experiments/ray_launcher.py), has the same three methods: the sweep's phases see no difference."""
+
+    name = "local"
+
+    def __init__(self, jobs: int = 1):
+        self.jobs = jobs
+
+    def start(self, out: Path, log=print) -> None:
+        """Ready to train into `out` (nothing to check on this machine: compare has checked the folder)."""
+
+    def run(self, tasks: list[tuple], log=print, progress=None, on_done=None) -> tuple[str, dict]:
+        return run_many(tasks, self.jobs, log, progress, on_done)
+
+    def close(self) -> None:
+        """Nothing held between phases."""
 
 
 def run_many(tasks: list[tuple], jobs: int, log=print, progress=None, on_done=None) -> tuple[str, dict]:
@@ -105,7 +129,7 @@ def run_many(tasks: list[tuple], jobs: int, log=print, progress=None, on_done=No
 
         for run, run_dir, resume, head in tasks:
             log(f"{head}: {'resuming' if resume else 'training'} ({run.config.train.steps} steps)")
-            summary = record_threads(
+            summary = record_run(
                 run_dir,
                 train(run.config, run_dir, resume=resume, progress=progress, log=log),
                 torch.get_num_threads(),

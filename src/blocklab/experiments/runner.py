@@ -9,13 +9,12 @@ from pathlib import Path
 
 from blocklab.atomic import writable_dir, write_atomic
 from blocklab.errors import UserError
-from blocklab.experiments.jobs import run_many
+from blocklab.experiments.jobs import FINISHED, LocalLauncher
+from blocklab.experiments.lock import LOCK, sweep_lock
 from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts, extension_runs, seed_counts
 from blocklab.training.trackers import require
-
-FINISHED = ("completed", "diverged", "stalled")  # kept as they are when the sweep is run again
 
 
 def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print) -> None:
@@ -85,7 +84,7 @@ def _check_out(sweep: Sweep, out: Path) -> None:
             raise UserError(f"{saved} is damaged (not JSON); move it away or choose another --out") from None
         if previous.get("name") != sweep.name:
             raise UserError(f"{out} holds the sweep {previous.get('name')!r}, not {sweep.name!r}; choose another --out")
-    elif out.is_dir() and any(out.iterdir()):
+    elif out.is_dir() and any(p.name != LOCK for p in out.iterdir()):
         raise UserError(f"{out} is not empty and holds no blocklab sweep; choose another --out")
     writable_dir(out, "--out folder")  # a file in the way, no permission, a full disk
 
@@ -103,9 +102,7 @@ def track_in_sweep(run: RunSpec, sweep: str, out: Path) -> None:
     run.config.train = dataclasses.replace(t, **changes)
 
 
-def _train_phase(
-    runs: list[RunSpec], sweep: str, out: Path, jobs: int, progress, log, results: dict, total: int
-) -> str:
+def _train_phase(runs: list[RunSpec], sweep: str, out: Path, launcher, progress, log, results: dict, total: int) -> str:
     tasks = []
     for run in runs:
         track_in_sweep(run, sweep, out)
@@ -121,15 +118,23 @@ def _train_phase(
     def done(run, head, summary):
         log(
             f"{head}: {summary['status']} at step {summary['step']}, loss {_f(summary['final_loss'])}, "
-            f"eval {_f(summary['final_eval_loss'])}, {_f(summary['tokens_per_s'], '.0f')} tokens/s"
+            f"eval {_f(summary['final_eval_loss'])}, {_f(summary['tokens_per_s'], '.0f')} tokens/s{_node(summary)}"
         )
 
-    status, trained = run_many(tasks, jobs, log, progress, done)
+    if not tasks:
+        return "completed"
+    status, trained = launcher.run(tasks, log, progress, done)
     results.update(trained)
     return status
 
 
-def _tune_phase(sweep: Sweep, out: Path, jobs, progress, log, results: dict, rerun_changed: bool) -> str:
+def _node(summary: dict) -> str:
+    """Where a run trained, for its progress line, when a launcher placed it on a cluster's node."""
+    node = summary.get("ray_node_id")
+    return f" on {summary.get('host')} (node {node[:8]})" if node else ""
+
+
+def _tune_phase(sweep: Sweep, out: Path, launcher, progress, log, results: dict, rerun_changed: bool) -> str:
     """Runs beyond a grid edge where a group's best sits on it (up to each tune's `extend` values a side), until
     no best is at an edge that may still move: each added value joins the sweep's tuning runs."""
     while True:
@@ -142,16 +147,16 @@ def _tune_phase(sweep: Sweep, out: Path, jobs, progress, log, results: dict, rer
         check_changed(extra, out, rerun_changed, log)
         sweep.runs += extra
         write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, sweep.final_runs({})), indent=2) + "\n")
-        if _train_phase(extra, sweep.name, out, jobs, progress, log, results, sweep.n_runs) == "interrupted":
+        if _train_phase(extra, sweep.name, out, launcher, progress, log, results, sweep.n_runs) == "interrupted":
             return "interrupted"
 
 
-def _final_phase(sweep: Sweep, out: Path, finals, jobs, progress, log, results: dict, rerun_changed: bool) -> str:
+def _final_phase(sweep: Sweep, out: Path, finals, launcher, progress, log, results: dict, rerun_changed: bool) -> str:
     known = {r.name for r in sweep.runs}
     extra = [r for r in finals if r.name not in known]
     check_changed(extra, out, rerun_changed, log)
     write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, finals), indent=2) + "\n")
-    return _train_phase(extra, sweep.name, out, jobs, progress, log, results, sweep.n_runs)
+    return _train_phase(extra, sweep.name, out, launcher, progress, log, results, sweep.n_runs)
 
 
 def _log_best(sweep: Sweep, best: dict, log) -> None:
@@ -165,32 +170,50 @@ def _value(value) -> str:
 
 
 def run_sweep(
-    sweep: Sweep, out: str | Path, progress: bool | None = None, log=print, jobs: int = 1, rerun_changed: bool = False
+    sweep: Sweep,
+    out: str | Path,
+    progress: bool | None = None,
+    log=print,
+    jobs: int = 1,
+    rerun_changed: bool = False,
+    launcher=None,
 ) -> dict:
     """Train every run not yet finished (completed, diverged or stalled runs are kept; partial ones resume): the
     untuned and tuning runs, then each tuned group's final seeds at its best value; then the fine-tuning stage
-    and DIR/verdicts.json. Returns {"status": "completed" | "interrupted", "runs": {name: summary}, "finals"}."""
+    and DIR/verdicts.json. Returns {"status": "completed" | "interrupted", "runs": {name: summary}, "finals"}.
+    The runs train through `launcher` (default: this machine, `jobs` at a time; or a RayLauncher), one
+    compare at a time in `out` (experiments/lock.py)."""
     out = Path(out)
     for run in sweep.runs:  # a tracker's missing package is said before the first run, not after it
         require(run.config.train)
-    _check_out(sweep, out)
-    check_changed(sweep.runs, out, rerun_changed, log)
+    launcher = launcher or LocalLauncher(jobs)
+    with sweep_lock(out):
+        _check_out(sweep, out)
+        check_changed(sweep.runs, out, rerun_changed, log)
+        launcher.start(out, log)  # a cluster that cannot train into `out` is said before any run starts
+        try:
+            return _run_phases(sweep, out, launcher, progress, log, rerun_changed)
+        finally:
+            launcher.close()
+
+
+def _run_phases(sweep: Sweep, out: Path, launcher, progress, log, rerun_changed: bool) -> dict:
     finals = sweep.final_runs({})
     write_atomic(out / "sweep.json", json.dumps(plan_json(sweep, finals), indent=2) + "\n")
     results: dict = {}
     total = sweep.n_runs
-    if _train_phase(sweep.runs, sweep.name, out, jobs, progress, log, results, total) == "interrupted":
+    if _train_phase(sweep.runs, sweep.name, out, launcher, progress, log, results, total) == "interrupted":
         log("sweep interrupted; run the same command again to continue")
         return {"status": "interrupted", "runs": results, "finals": finals}
     counts: dict = {}
     if sweep.tuned:
-        if _tune_phase(sweep, out, jobs, progress, log, results, rerun_changed) == "interrupted":
+        if _tune_phase(sweep, out, launcher, progress, log, results, rerun_changed) == "interrupted":
             log("sweep interrupted; run the same command again to continue")
             return {"status": "interrupted", "runs": results, "finals": finals}
         best = choose_best(sweep, out)
         _log_best(sweep, best, log)
         finals = sweep.final_runs(best)
-        status = _final_phase(sweep, out, finals, jobs, progress, log, results, rerun_changed)
+        status = _final_phase(sweep, out, finals, launcher, progress, log, results, rerun_changed)
         if status == "completed" and sweep.auto:
             counts = seed_counts(sweep, out, finals)
             for exp, found in counts.items():
@@ -199,7 +222,7 @@ def run_sweep(
                     f"{_f(found['pooled_sd'])} over the first {sweep.power.min_seeds}, mde {found['mde']:g})"
                 )
             finals = sweep.final_runs(best, {e: c["seeds"] for e, c in counts.items()})
-            status = _final_phase(sweep, out, finals, jobs, progress, log, results, rerun_changed)
+            status = _final_phase(sweep, out, finals, launcher, progress, log, results, rerun_changed)
         if status == "interrupted":
             log("sweep interrupted; run the same command again to continue")
             return {"status": "interrupted", "runs": results, "finals": finals}
