@@ -27,8 +27,9 @@ def test_zoo_holds_every_block_and_both_options_with_five_seeds(name):
     assert cfgs["qk-norm"].model.qk_norm and cfgs["qk-norm"].model.block == "pre-ln"
     n_lrs = len(s.tune_of(s.groups[0]).values)
     assert n_lrs == {"zoo": 5, "zoo-gpu": 3}[name] and len(s.runs) == 2 * n_lrs * (
-        len(BLOCKS) + 2
-    )  # 2 tuning seeds; the final seeds follow
+        len(BLOCKS) + 3
+    )  # every block and the three options (DyT, QK-norm, Canon) on 2 tuning seeds; the final seeds follow
+    assert cfgs["canon"].model.canon == "ABCD" and cfgs["canon"].model.block == "pre-ln"
     # He & Hofmann's recipe has a plateau the models leave late: no stall rule ends them
     assert all(c.train.stall_patience == 0 for c in cfgs.values())
     # one shared recipe (He & Hofmann's), nGPT and T-Fixup alone on their papers': no weight decay, no warm-up
@@ -97,7 +98,7 @@ def test_scaling_tunes_pre_ln_sas_p_and_two_successors_at_three_sizes(name):
     s = load_sweep(name)
     assert len(s.sizes) >= 3 and s.target_run == "pre-ln"
     blocks = {g.overrides["model"]["block"] for g in s.groups}
-    assert {"pre-ln", "sas-p"} <= blocks and sum(REGISTRY[b].family == "successor" for b in blocks) == 2
+    assert {"pre-ln", "sas-p", "muddformer"} <= blocks and sum(REGISTRY[b].family == "successor" for b in blocks) == 2
     widths = [r.config.model.d_model for r in s.runs if r.group.startswith("pre-ln")]
     assert sorted(set(widths)) == sorted({w["model.d_model"] for w in s.sizes})  # tuned at every size
     flops = [
@@ -113,13 +114,8 @@ def test_stream_sets_every_residual_stream_block_against_pre_ln_at_its_depth(nam
     from blocklab.blocks import REGISTRY
 
     s = load_sweep(name)
-    # Frac-Connections and MUDDFormer join the stream presets with their own tuned rates and claims (issue 44,
-    # item 5); until then they are the stream blocks named here, and none of these presets runs them.
-    pending = {"frac-connections", "muddformer"}
-    assert pending <= set(BLOCKS) and all(REGISTRY[b].family == "stream" for b in pending)
-    assert not pending & {r.config.model.block for r in s.runs}
-    stream = {b for b in BLOCKS if REGISTRY[b].family == "stream"} - pending
-    assert len(stream) == 6
+    stream = {b for b in BLOCKS if REGISTRY[b].family == "stream"}
+    assert len(stream) == 8
     for exp, meta in s.experiments.items():
         cfgs = {r.group: r.config for r in s.runs if r.experiment == exp}
         assert {c.model.block for c in cfgs.values()} == stream | {"pre-ln"}

@@ -14,7 +14,17 @@ from __future__ import annotations
 from blocklab.experiments.protocol import PRESET_SEEDS, planned_runs
 from blocklab.experiments.zoo_presets import depth_experiments
 
-STREAM_BLOCKS = ["pre-ln", "hyper-connections", "mhc", "attn-res", "denseformer", "value-residual", "laurel"]
+STREAM_BLOCKS = [
+    "pre-ln",
+    "hyper-connections",
+    "mhc",
+    "attn-res",
+    "denseformer",
+    "value-residual",
+    "laurel",
+    "frac-connections",
+    "muddformer",
+]
 
 
 # ResFormer's headline (Zhou et al. 2024, abstract): "equivalent validation loss with 16.11% fewer model
@@ -82,7 +92,7 @@ STREAM = {
     "name": "stream",
     "description": f"The residual stream at 4 layers: {STREAM_WHAT}; each block at its own best of lr "
     "1e-3..1e-1 (tuning seeds 5, 6), five final seeds.",
-    "expected_cost": f"{planned_runs(8, 5)} runs of 300 steps at 4 layers: about 50 minutes on 2 CPU cores (scaled "
+    "expected_cost": f"{planned_runs(10, 5)} runs of 300 steps at 4 layers: about 65 minutes on 2 CPU cores (scaled "
     "from 64 runs in 25 minutes, measured 2026-11-26 beside other work; the streams cost more per step than "
     "Pre-LN, mHC about 5x: `blocklab bench` measures it)",
     "seeds": PRESET_SEEDS,
@@ -101,7 +111,7 @@ STREAM_DEPTH = {
     "name": "stream-depth",
     "description": f"The residual stream at 24 layers: {STREAM_WHAT}; each block at its own best of lr "
     "3e-4..1e-2 (tuning seeds 5, 6), five final seeds: which blocks train where Pre-LN's hidden state grows.",
-    "expected_cost": f"{planned_runs(8, 4)} runs of 300 steps at 24 layers: about 6.5 hours on 2 CPU cores (scaled "
+    "expected_cost": f"{planned_runs(10, 4)} runs of 300 steps at 24 layers: about 8 hours on 2 CPU cores (scaled "
     "from the 24 tuning runs of 3e-4..3e-3: 90 minutes, two at a time; Attention Residuals' runs 20 minutes "
     "each, mHC's 10-17)",
     "seeds": PRESET_SEEDS,
@@ -116,7 +126,7 @@ STREAM_DEPTH_GPU = {
     "description": f"The residual stream at 24 and 48 layers: {STREAM_WHAT}; each block and depth at its own "
     "best of lr 3e-4..1e-2 (tuning seeds 5, 6), five final seeds; fp32, compile off: the CPU preset's settings on "
     "a GPU.",
-    "expected_cost": f"{planned_runs(16, 4)} runs of 300 steps at 24 and 48 layers: about 26 minutes on one H100 "
+    "expected_cost": f"{planned_runs(20, 4)} runs of 300 steps at 24 and 48 layers: about 32 minutes on one H100 "
     "with --jobs 8 (an estimate: the depth preset's 140 runs at 6 to 48 layers took 6 minutes there; mHC's many "
     "small kernels may cost more), hours on 2 CPU cores",
     "seeds": PRESET_SEEDS,
@@ -132,7 +142,7 @@ STREAM_GPU = {
     "ResFormer with 16% fewer parameters), 6 layers, "
     "d=512, 8 heads, MLP 2048, T=128, batch 32, 1000 steps, bf16, compile off, the Python standard library; "
     "He & Hofmann's recipe; each block at its own best of lr 3e-4..1e-2, five final seeds.",
-    "expected_cost": f"{planned_runs(8, 4)} runs of 1000 steps x 4k tokens: about 15 minutes on one H100, six at a "
+    "expected_cost": f"{planned_runs(10, 4)} runs of 1000 steps x 4k tokens: about 19 minutes on one H100, six at a "
     "time (an estimate from the 30 runs of the same size in results/gpu-h100-tuned, 225 s)",
     "seeds": PRESET_SEEDS,
     "base": {

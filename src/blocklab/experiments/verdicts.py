@@ -9,6 +9,7 @@ from pathlib import Path
 
 from blocklab import stats
 from blocklab.experiments import records as R
+from blocklab.experiments.claims.stream import SPEEDUPS
 from blocklab.experiments.judge import classify, judge, raw_layer, tuning_analysis
 from blocklab.experiments.protocol import auto_count
 from blocklab.experiments.secondary import secondary_metrics
@@ -178,7 +179,7 @@ def _experiment(sweep: Sweep, out: Path, exp, finals, counts: dict) -> dict:
     reference = _reference(sweep, exp, groups)
     entries = {g.name: _group_raw(sweep, out, g, largest, finals) for g in groups}
     finals_by_group = {g.name: _finals(g, largest, finals) for g in groups}
-    if any(e["facts"]["block"] in ("hyper-connections", "attn-res") for e in entries.values()):
+    if any(e["facts"]["block"] in SPEEDUPS for e in entries.values()):  # the speed-up claims' measure
         completed = {
             n: {s for s, st in zip(e["seeds"], e["statuses"]) if st == "completed"} for n, e in entries.items()
         }

@@ -20,6 +20,8 @@ from blocklab.registry import PUBLIC_BLOCKS
 OPTION_RUNS = [
     {"name": "dyt", "label": "DyT (Pre-LN, norm=dyt)", "model.block": "pre-ln", "model.norm": "dyt"},
     {"name": "qk-norm", "label": "Pre-LN + QK-norm", "model.block": "pre-ln", "model.qk_norm": True},
+    # Allen-Zhu's Canon layers at all four positions, against the same Pre-LN without them (the reference)
+    {"name": "canon", "label": "Pre-LN + Canon (ABCD)", "model.block": "pre-ln", "model.canon": "ABCD"},
 ]
 
 
