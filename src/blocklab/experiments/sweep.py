@@ -15,6 +15,7 @@ from pathlib import Path
 from blocklab.errors import UserError
 from blocklab.experiments.downstream import FinetuneStage, parse_stage
 from blocklab.experiments.evaluation import EvalStage, parse_eval
+from blocklab.experiments.factors import expand_factors
 from blocklab.experiments.protocol import FINAL_SEEDS, Compare, Power, parse_compare, parse_power
 from blocklab.experiments.tuning import Tune, parse_sizes, parse_tune, value_text
 from blocklab.registry import block_recipe
@@ -22,7 +23,7 @@ from blocklab.training.config import RunConfig, load_config, read_toml
 
 # An experiment's name: it names the report's section ids and figure files (loss_vs_step_NAME.png).
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-EXPERIMENT_KEYS = ("title", "description", "target_run", "tune", "compare")
+EXPERIMENT_KEYS = ("title", "description", "target_run", "tune", "compare", "factor")
 AUTO = "auto"  # seeds = "auto": the count of final seeds chosen from a first round (experiments/protocol.py)
 SHORT = {
     "model.block": "",
@@ -111,6 +112,8 @@ class Sweep:
     compares: dict = field(default_factory=dict)  # experiment name (None: the whole sweep) -> Compare
     power: Power | None = None  # with seeds = "auto"
     auto_finals: list[int] = field(default_factory=list)  # with seeds = "auto": every final seed it may run
+    # {experiment: {"key", "levels", "experiments": {level: cell experiment}, "groups": {cell group: base group}}}
+    factors: dict = field(default_factory=dict)
 
     def tune_of(self, group: GroupSpec) -> Tune | None:
         return self.tunes.get(group.experiment, self.tunes.get(None))
@@ -230,6 +233,7 @@ class Sweep:
             "experiments": self.experiments,
             "tune": {str(k): t.to_json() for k, t in self.tunes.items()} or None,
             "sizes": self.sizes or None,
+            "factors": self.factors or None,
             "runs": [r.to_json() for r in finals],
             "tuning": [r.to_json() for r in self.tuning_runs],
         }
@@ -358,10 +362,12 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         "eval",
         "compare",
         "power",
+        "factor",
     }
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+    spec, factors = expand_factors(spec)
     if seeds is not None:
         spec = dict(spec, seeds=seeds)
     cli = extra or {}
@@ -417,6 +423,7 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         _compares(spec),
         power,
         finals_for_tuning if power else [],
+        factors,
     )
     target_run = spec.get("target_run")
     names = [g.name for g in groups]
