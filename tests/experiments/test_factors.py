@@ -155,7 +155,9 @@ def test_the_report_draws_each_groups_difference_at_each_level_and_the_summary_t
     finals = s.final_runs(choose_best(s, tmp_path))
     for r in finals:
         flip = -0.3 if r.config.train.optimizer == "adamw" else 0.3
-        write(tmp_path, r.name, 4.0 + 0.01 * r.seed + (flip + 0.003 * (r.seed % 2) if r.group.startswith("sas-p") else 0))
+        write(
+            tmp_path, r.name, 4.0 + 0.01 * r.seed + (flip + 0.003 * (r.seed % 2) if r.group.startswith("sas-p") else 0)
+        )
     v = compute_verdicts(s, tmp_path, finals)
     (sec,) = factor_sections(v, tmp_path)
     assert sec.figures and sec.figures[0].path.is_file() and sec.tables[0].rows[0][-1] == "flips"
