@@ -17,6 +17,7 @@ from blocklab.attention.modules import attention_path
 from blocklab.bench.machine import run_machine
 from blocklab.errors import UserError
 from blocklab.model import count_parameters
+from blocklab.model.checkpointing import checkpoint_activations
 from blocklab.training import distributed, materialise, parallel
 from blocklab.training.config import RunConfig, compiles, describe_recipe, to_toml
 from blocklab.training.logger import MetricsLogger, grad_values
@@ -78,7 +79,7 @@ class Trainer(StepMixin):
         if not fsdp:
             self.model = self.model.to(dev)  # FSDP moves each unit to the device as it shards it, one at a time
         if t.activation_checkpointing:
-            parallel.checkpoint_activations(self.model)
+            checkpoint_activations(self.model)
         self.compiled = compiles(t, dev.type)
         if self.compiled:
             self.task.compile(self.model)
