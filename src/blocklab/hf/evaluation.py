@@ -74,8 +74,8 @@ def read_json(path: Path) -> dict:
 
 def exported(run: Path, step: int, checkpoint: str, log: Callable) -> Path:
     """RUN/hf-export/step-N: the export of that checkpoint, made again unless the folder there was exported
-    from it (same step, same checkpoint digest, same blocklab version)."""
-    from blocklab.hf.export import export_run
+    from it (same step, same checkpoint digest, same blocklab version and model code)."""
+    from blocklab.hf.export import code_digest, export_run
 
     out = run / EXPORT_DIR / f"step-{step}"
     marker = run / EXPORT_DIR / f"step-{step}.json"  # which checkpoint the folder was exported from
@@ -83,6 +83,7 @@ def exported(run: Path, step: int, checkpoint: str, log: Callable) -> Path:
     if (
         info.get("step") == step
         and info.get("blocklab_version") == blocklab.__version__
+        and info.get("code") == code_digest()
         and mark.get("checkpoint") == checkpoint
     ):
         return out
