@@ -23,7 +23,8 @@ from blocklab.errors import UserError
 from blocklab.training.config import RunConfig, TrainConfig, config_differences, load_config
 from blocklab.training.optim import inv_sqrt_scale
 
-# trackers.json, mlruns/ and wandb/: the trackers' run ids and their default stores (training/trackers.py).
+# trackers.json, mlflow.db, mlartifacts/ and wandb/: the trackers' run ids and their default stores
+# (training/trackers.py); mlruns/: MLflow's file store, the default of earlier versions.
 RUN_FILES = (
     "config.toml",
     "metrics.jsonl",
@@ -32,6 +33,8 @@ RUN_FILES = (
     "checkpoints",
     "tb",
     "trackers.json",
+    "mlflow.db",
+    "mlartifacts",
     "mlruns",
     "wandb",
 )
@@ -85,15 +88,21 @@ def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) ->
     writable_dir(out, "run directory")  # a file in the way, no permission, a full disk
     if holds_run:
         if overwrite:
-            for name in RUN_FILES:
-                p = out / name
-                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+            discard_run(out)
         elif resume:
             check_resume(load_config(out / "config.toml"), cfg, out)
         else:
             raise UserError(f"{out} already holds a run; pass --resume to continue it or --overwrite to replace it")
     elif any(out.iterdir()):
         raise UserError(f"{out} is not empty and holds no blocklab run; choose another --out")
+
+
+def discard_run(out: Path) -> None:
+    """Remove a run's files from `out` (RUN_FILES; nothing else is there: prepare_run_dir refuses a folder that
+    holds anything but a run)."""
+    for name in RUN_FILES:
+        p = Path(out) / name
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 def check_resume(saved: RunConfig, asked: RunConfig, out: Path) -> None:

@@ -6,6 +6,7 @@ what a resume may change (rundir.py), checkpoint reads and writes (saving.py), t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -23,13 +24,13 @@ from blocklab.training.config import RunConfig, compiles, describe_recipe, to_to
 from blocklab.training.logger import MetricsLogger, grad_values
 from blocklab.training.loop import StepMixin
 from blocklab.training.optim import make_optimizer
-from blocklab.training.rundir import RESUMABLE_CHANGES, RUN_FILES, prepare_run_dir
+from blocklab.training.rundir import RESUMABLE_CHANGES, RUN_FILES, discard_run, prepare_run_dir
 from blocklab.training.saving import restore_latest, write_checkpoint
 from blocklab.training.stall import stall_detector
 from blocklab.training.stopping import SignalFlag, diverged, divergence_message, interrupted, stall_message
 from blocklab.training.tasks import get_task
 from blocklab.training.throughput import Throughput, flops_per_token, peak_for, peak_memory_mb
-from blocklab.training.trackers import open_trackers, require
+from blocklab.training.trackers import RUN_ARTIFACTS, open_trackers, require
 
 __all__ = ["RESUMABLE_CHANGES", "RUN_FILES", "Trainer", "prepare_run_dir", "train"]
 
@@ -166,6 +167,12 @@ class Trainer(StepMixin):
     def run(self) -> dict:
         try:
             return self._run()
+        except BaseException:
+            if self.dist.main and not self.resume and not self.state["tokens"]:
+                # A new run that failed before its first step (a tracker that cannot start, a bad URI, Ctrl-C):
+                # what it wrote would make the same command a refusal ("already holds a run"); it goes.
+                discard_run(self.out)
+            raise
         finally:
             self.dist.close()
 
@@ -231,7 +238,7 @@ class Trainer(StepMixin):
             summary = self.summary(status, done, {**stall.summary(), **extra})
         finally:
             # After the summary, which the trackers record; without one (an error) they mark the run failed.
-            logger.close(summary, [self.out / "config.toml", self.out / "summary.json"])
+            logger.close(summary, [self.out / name for name in RUN_ARTIFACTS])
         return summary
 
     def reads_step(self, done: int) -> bool:
@@ -333,5 +340,14 @@ def train(
     progress: bool | None = None,
     log=print,
 ) -> dict:
-    """Train one run into `out`; returns the summary (also written to summary.json)."""
-    return Trainer(cfg, Path(out), resume, overwrite, progress, log).run()
+    """Train one run into `out`; returns the summary (also written to summary.json). A run that fails before its
+    first step leaves no folder it made (rundir.discard_run): the same command can run again."""
+    out = Path(out)
+    made = not out.exists()
+    try:
+        return Trainer(cfg, out, resume, overwrite, progress, log).run()
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):  # only an empty folder: another process may have written there
+                out.rmdir()
+        raise
