@@ -140,6 +140,12 @@ class TrainConfig:
         choices=GRAD_SYNCS,
         applies=only_where("parallel", "fsdp"),
     )
+    threads: int = setting(
+        0,
+        help="CPU threads of the run's torch; 0: auto, one for a model of d_model <= 256, else one per core "
+        "(OMP_NUM_THREADS when set), as measured in benchmarks/RESULTS.md",
+        min=0,
+    )
     # Where the numbers go besides metrics.jsonl (training/trackers.py); none of these changes what is trained.
     trackers: list[str] = setting(
         default_factory=lambda: ["tensorboard"],

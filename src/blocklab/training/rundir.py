@@ -58,12 +58,19 @@ RESUMABLE_CHANGES = {
         "activation_checkpointing",
         "stall_patience",
         "stall_margin",
+        "threads",
     )
 } | TRACKING
 
-# Fields that change how a run is logged and saved, never its results: a stored run that differs only in
-# them is still the run asked for.
-NO_EFFECT = {("train", "log_every"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")} | TRACKING
+# Fields that change how a run is logged, saved or spread over the cores, never what it trains: a stored run that
+# differs only in them is still the run asked for (threads may move a CPU run's last digits, as compare --jobs's
+# share of the cores does; summary.json records the count).
+NO_EFFECT = {
+    ("train", "log_every"),
+    ("train", "checkpoint_every"),
+    ("train", "keep_checkpoints"),
+    ("train", "threads"),
+} | TRACKING
 
 
 def changed_settings(asked: RunConfig, run_dir: Path) -> list[str]:

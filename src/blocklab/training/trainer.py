@@ -29,6 +29,7 @@ from blocklab.training.saving import restore_latest, write_checkpoint
 from blocklab.training.stall import stall_detector
 from blocklab.training.stopping import SignalFlag, diverged, divergence_message, interrupted, stall_message
 from blocklab.training.tasks import get_task
+from blocklab.training.threads import run_threads
 from blocklab.training.throughput import Throughput, flops_per_token, peak_for, peak_memory_mb
 from blocklab.training.trackers import RUN_ARTIFACTS, open_trackers, require
 
@@ -55,6 +56,7 @@ class Trainer(StepMixin):
         self.resume = resume
         self.progress = progress
         t, dev = cfg.train, self.dist.device
+        torch.set_num_threads(run_threads(t.threads, cfg.model))  # train.threads; 0: auto (training/threads.py)
         if t.precision == "fp16" and dev.type == "cpu":
             raise UserError("train.precision=fp16 is not supported on CPU (too slow and unstable); use bf16 or fp32")
         self.task = get_task(cfg)
@@ -152,6 +154,7 @@ class Trainer(StepMixin):
             "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype()),
             "parallel": t.parallel if self.dist.enabled or t.parallel == "fsdp" else None,
             "grad_accum": t.grad_accum,
+            "threads": torch.get_num_threads(),
             "peak_memory_mb": self.dist.max(peak_memory_mb(self.dist.device)),
             "machine": run_machine(self.dist.device),
         }
