@@ -28,7 +28,7 @@ from blocklab.hf.card import model_card
 from blocklab.hf.modeling import HF_CLASSES
 from blocklab.tokens import EOD, MASK, PAD
 from blocklab.training.config import load_config
-from blocklab.training.generate import load_run_step, summary_of
+from blocklab.training.generate import load_run, summary_of
 
 # Translation stays in blocklab: its decoder starts from <eod> with fairseq's shared vocabulary and is
 # searched by blocklab's own beam search (blocklab translate); `transformers`' EncoderDecoderModel wants
@@ -144,7 +144,7 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, overwr
                 f"{run} is a {task} run; export takes {', '.join(EXPORTABLE)} runs (translation models stay in "
                 "blocklab: blocklab translate)"
             )
-    model, tokenizer, cfg, ckpt_step = load_run_step(run, "cpu", step)
+    model, tokenizer, cfg, ckpt_step = load_run(run, step)
     task, summary = cfg.model.task, summary_of(run)
     hf_logging.disable_progress_bar()  # one file of a small model: the command says when it is done
     hf = HF_CLASSES[task].from_blocklab(model.eval())
