@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,14 +85,16 @@ def test_the_text_generation_pipeline_gives_blocklab_generates_text(clm, capsys)
 
 def without_blocklab(script: str, tmp_path) -> subprocess.CompletedProcess:
     """`script` in a Python with torch and transformers but no blocklab: -S skips the site module, so no .pth file
-    (blocklab's editable install is one) adds a path, and PYTHONPATH names this environment's site-packages alone."""
+    (blocklab's editable install is one) adds a path, and PYTHONPATH names this environment's site-packages, after
+    the PYTHONPATH folders that hold no blocklab (tests/hf/transformers4.sh's transformers 4 is one)."""
+    ours = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not Path(p, "blocklab").exists()]
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
         "HF_HOME": str(tmp_path / "hf-home"),
         "HF_HUB_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": sysconfig.get_paths()["purelib"],
+        "PYTHONPATH": os.pathsep.join([*ours, sysconfig.get_paths()["purelib"]]),
     }
     probe = "import importlib.util, sys; assert importlib.util.find_spec('blocklab') is None, 'blocklab importable'\n"
     return subprocess.run(
@@ -292,3 +295,18 @@ def test_bad_input_is_one_line(clm, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "pip install 'blocklab[hf]'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "w").exists() and not list(tmp_path.glob(".w.export-*"))
+
+
+def test_the_feature_extraction_pipeline_runs_on_an_mlm_export(mlm):
+    from transformers import AutoModel, AutoTokenizer, pipeline
+
+    import blocklab.hf  # noqa: F401
+    from blocklab.training.generate import load_run
+
+    run, folder = mlm
+    tok = AutoTokenizer.from_pretrained(folder)
+    features = pipeline("feature-extraction", model=AutoModel.from_pretrained(folder), tokenizer=tok)("import os\n")
+    ids = tok("import os\n", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        want = load_run(run).model.encode(ids)[0]
+    torch.testing.assert_close(torch.tensor(features), want)

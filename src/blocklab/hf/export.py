@@ -125,7 +125,8 @@ def not_exported(folder: Path) -> list[str]:
     listed = marker.get("files")
     if not isinstance(listed, list):  # an export from before the marker listed its files
         listed = EARLIER_FILES | {n for n in names if n.startswith("blocklab_") and n.endswith(".py")}
-    return [n for n in names if n not in set(listed) | {MARKER}]
+    # __pycache__/: Python's compiled copies of the folder's own modules, where something imported them in place
+    return [n for n in names if n not in set(listed) | {MARKER, "__pycache__/"}]
 
 
 def export_run(run: str | Path, out: str | Path, step: int | None = None, overwrite: bool = False) -> dict:
