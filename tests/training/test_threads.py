@@ -1,4 +1,4 @@
-"""train.threads: auto gives a small model one thread and a wide one a thread per core (benchmarks/RESULTS.md,
+"""train.threads: auto gives a small model one thread and a wide one a thread per core but one (benchmarks/RESULTS.md,
 "CPU: threads per run"), keeps OMP_NUM_THREADS where it is set (a compare --jobs worker's share of the cores), and
 a run records the count it trained with in summary.json."""
 
@@ -22,11 +22,13 @@ def torch_threads():
     torch.set_num_threads(before)
 
 
-def test_auto_is_one_thread_for_a_small_model_and_one_per_core_for_a_wide_one(monkeypatch):
+def test_auto_is_one_thread_for_a_small_model_and_all_cores_but_one_for_a_wide_one(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "cpu_count", lambda: 8)
     assert threads.auto_threads(ModelConfig(d_model=256)) == 1
-    assert threads.auto_threads(ModelConfig(d_model=512, n_heads=8)) == 8
+    assert threads.auto_threads(ModelConfig(d_model=512, n_heads=8)) == 7
+    monkeypatch.setattr(threads, "cpu_count", lambda: 1)
+    assert threads.auto_threads(ModelConfig(d_model=512, n_heads=8)) == 1
     assert threads.run_threads(3, ModelConfig(d_model=64)) == 3  # set: as set
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's, torchrun's or a compare worker's choice
     assert threads.auto_threads(ModelConfig(d_model=512, n_heads=8)) == 2

@@ -142,8 +142,8 @@ class TrainConfig:
     )
     threads: int = setting(
         0,
-        help="CPU threads of the run's torch; 0: auto, one for a model of d_model <= 256, else one per core "
-        "(OMP_NUM_THREADS when set), as measured in benchmarks/RESULTS.md",
+        help="CPU threads of the run's torch; 0: auto, one for a model of d_model <= 256, else one per core but "
+        "one (OMP_NUM_THREADS when set): more collapse when other processes share the cores (benchmarks/RESULTS.md)",
         min=0,
     )
     # Where the numbers go besides metrics.jsonl (training/trackers.py); none of these changes what is trained.

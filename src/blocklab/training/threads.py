@@ -1,11 +1,15 @@
 """How many CPU threads a run's torch uses (`train.threads`; 0: auto).
 
-Measured on 2 cores (benchmarks/RESULTS.md, "CPU: threads per run"): a model of width 256 or less keeps one
-thread nearly as busy as two with the machine to itself, while two threads beside other busy processes
-collapse: OpenMP's threads wait for each other at every operator, and one of them is always waiting for a core.
-A wider model's matrices keep every core busy, and its threads lose less than they gain even on a busy machine.
-So auto gives a small model one thread and a wide one a thread per core. OMP_NUM_THREADS, when set (by the
-user, torchrun, or a `compare --jobs` worker for its share of the cores), is the auto value.
+Measured on 2 cores (benchmarks/RESULTS.md, "CPU: threads per run"): beside processes that keep the cores busy,
+a step with a thread per core (torch's default) took 6 to 17 times as long as with the cores to itself, whatever
+the width: OpenMP's threads wait for each other at every operator, and one of them is always waiting for a core.
+One thread slowed down 2 to 3 times, as much as its share of the cores. With the machine to itself, threads gain
+1.3x at width 64 and 1.7x at width 512. So auto gives a model of width 256 or less one thread (its small matrices
+gain little from more), and a wider one a thread per core but one: the core left over keeps one other busy
+process from stalling every operator (on 2 cores: one thread). The count is a function of the model and the
+machine, never of the load at the moment (a run's numbers must not depend on what else was running). Set
+train.threads to use every core of a machine nothing else uses. OMP_NUM_THREADS, when set (by the user, torchrun,
+or a `compare --jobs` worker for its share of the cores), is the auto value.
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ def cpu_count() -> int:
 
 
 def auto_threads(model: ModelConfig) -> int:
-    """train.threads 0: OMP_NUM_THREADS when set, else one thread for a small model, one per core for a wide one."""
+    """train.threads 0: OMP_NUM_THREADS when set, else one thread for a small model, and for a wide one a thread
+    per core but one."""
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return 1 if model.d_model <= SMALL_WIDTH else cpu_count()
+    return 1 if model.d_model <= SMALL_WIDTH else max(1, cpu_count() - 1)
 
 
 def run_threads(threads: int, model: ModelConfig) -> int:
