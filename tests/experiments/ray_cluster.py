@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import blocklab
+from tests.cli.test_compare_cli import alive
 
 START_TIMEOUT_S = 180  # a busy 2-core machine took 20 s for the head
 STOP_TIMEOUT_S = 30
@@ -56,13 +57,6 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def identity(pid: int) -> tuple[int, str] | None:
     """(pid, its start time): a pid the kernel gives to another process later has another start time."""
     try:
@@ -83,11 +77,27 @@ def process_named(root: int, name: str) -> int | None:
 
 
 class Node:
-    def __init__(self, proc: subprocess.Popen, ip: str, log: Path):
-        self.proc, self.ip, self.log = proc, ip, log
+    def __init__(self, proc: subprocess.Popen, ip: str, log: Path, temp: Path):
+        self.proc, self.ip, self.log, self.temp = proc, ip, log, temp
 
     def raylet(self) -> int | None:
         return process_named(self.proc.pid, "raylet")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and self.raylet() is not None
+
+    def worker_logs(self) -> dict[Path, int]:
+        """The stderr file of each Ray worker this node started, and its size now."""
+        return {f: f.stat().st_size for f in self.temp.glob("session_*/logs/worker-*.err")}
+
+    def lines_since(self, sizes: dict[Path, int]) -> list[str]:
+        """What this node's workers wrote to stderr after `sizes` (worker_logs) was taken."""
+        lines = []
+        for f in self.temp.glob("session_*/logs/worker-*.err"):
+            with open(f, "rb") as handle:
+                handle.seek(sizes.get(f, 0))
+                lines += handle.read().decode(errors="replace").splitlines()
+        return lines
 
 
 class RayCluster:
@@ -95,6 +105,7 @@ class RayCluster:
         self.root = Path(tempfile.mkdtemp(prefix="rc", dir="/tmp"))  # short: socket paths
         self.token = secrets.token_hex(32)
         self.nodes: list[Node] = []
+        self.started = 0  # nodes started so far: each has its own temp dir, n0, n1, ...
         self.address: str | None = None
         self.seen: set[tuple[int, str]] = set()  # (pid, start time) of every process the nodes started
 
@@ -113,7 +124,8 @@ class RayCluster:
         return env
 
     def _start(self, ip: str, args: list[str], prefix: list[str] = ()) -> Node:
-        name = f"n{len(self.nodes)}"
+        name = f"n{self.started}"
+        self.started += 1
         ports = free_ports(ip, 24)
         args = [
             *args,
@@ -141,7 +153,7 @@ class RayCluster:
                 env=self.env(),
                 start_new_session=True,
             )
-        node = Node(proc, ip, log)
+        node = Node(proc, ip, log, self.root / name)
         self.nodes.append(node)
         self._note(proc.pid)
         deadline = time.time() + START_TIMEOUT_S

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,15 @@ if __name__ == "__main__":
 
     if "--regenerate" in sys.argv:
         _regenerate()
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SPECS if n.endswith("-gpu")))
+def test_a_gpu_preset_says_the_gpus_it_was_sized_for(name):
+    # compare --help prints it; README "On a cluster" takes --gpus-per-run from it.
+    cost = SPECS[name]["expected_cost"]
+    head = re.match(
+        r"Sized for one GPU \(an 80 GB H100\), (one run|(\d+) runs) at a time.*--gpus-per-run ([0-9.]+)\.", cost
+    )
+    assert head, cost
+    runs = int(head.group(2) or 1)
+    assert runs * float(head.group(3)) <= 1 < (runs + 1) * float(head.group(3))  # that many runs share the GPU

@@ -1,7 +1,8 @@
 """`compare --launcher ray` on a real two-node Ray cluster on this machine (tests/experiments/ray_cluster.py): the
 runs land on both nodes and give the local launcher's verdicts score for score; a node lost mid-run is survived
-by resuming from the checkpoint; SIGTERM cancels; a second compare, a client without the token and a node that
-cannot write the folder are refused in one line. Each compare is a process, as a user runs it."""
+by resuming from the checkpoint; Ctrl-C cancels the tasks and the same command resumes; a second compare, a
+client without the token and a node that cannot write the folder are refused in one line. Each compare is a
+process, as a user runs it. The mistakes found before any connection: tests/cli/test_compare_launcher.py."""
 
 import json
 import os
@@ -26,6 +27,7 @@ TIMEOUT_S = 420  # one compare of a few tiny runs, on a busy 2-core machine
 
 @pytest.fixture(scope="module")
 def cluster():
+    """One cluster for the module: a head on 127.0.0.2 and a worker on 127.0.0.3, 1 CPU each."""
     c = RayCluster()
     try:
         c.start_head()
@@ -38,27 +40,32 @@ def cluster():
 
 @pytest.fixture
 def two_nodes(cluster):
-    """The module's cluster with its worker alive (a test that killed it gets a new one)."""
+    """The module's cluster with its worker alive (a test that killed it leaves a new one to the next)."""
     worker = cluster.nodes[1]
-    if worker.proc.poll() is not None or worker.raylet() is None:
-        cluster.nodes[1] = cluster.add_worker()
+    if not worker.alive():
+        cluster.remove(worker)
+        cluster.add_worker()
     return cluster
 
 
-def sweep_file(tmp_path, overrides, steps, seeds=(0, 1), values=None):
-    """Two groups (Pre-LN, SAS-P); tuned on one seed over `values` (no extension) when given."""
-    path = write_sweep(tmp_path / "sweep.toml", overrides, steps=steps, values=values or (1e-3,), seeds=seeds)
-    text = path.read_text()
+def sweep_file(tmp_path, overrides, steps, seeds=(0, 1), values=None, lr=1e-2, short=None):
+    """Two groups (Pre-LN, SAS-P), a checkpoint every 10 steps: tuned on one seed over `values` (no extension)
+    when given, else at `lr`; with `short`, Pre-LN's runs take that many steps."""
+    path = write_sweep(tmp_path / "sweep.toml", overrides, steps=steps, values=values or (lr,), seeds=seeds)
+    text = path.read_text().replace("checkpoint_every = 100", "checkpoint_every = 10")
     if values:
         text = text.replace("[tune]\n", "[tune]\nseeds = [5]\nextend = 0\n")
     else:
-        text = text.replace("[tune]\nvalues = [0.001]\n", "")
-    path.write_text(text.replace("checkpoint_every = 100", "checkpoint_every = 10"))
+        text = text.replace(f"[tune]\nvalues = [{lr!r}]\n", "").replace("[base.train]\n", f"[base.train]\nlr = {lr}\n")
+    if short:
+        text = text.replace('"model.block" = "pre-ln"', f'"model.block" = "pre-ln"\n"train.steps" = {short}')
+    path.write_text(text)
     return path
 
 
-def compare(cluster, sweep, out, *args, token=True, **popen):
-    """`blocklab compare --launcher ray` against the cluster, as a process (its output to files, not pipes)."""
+def compare(cluster, sweep, out, *args, token=True):
+    """`blocklab compare --launcher ray` against the cluster, as a process in its own session (a terminal's
+    foreground group), its output to a file."""
     env = cluster.env(token)
     if not token:
         env["HOME"] = str(cluster.root / "home")  # no ~/.ray/auth_token to fall back on
@@ -66,7 +73,8 @@ def compare(cluster, sweep, out, *args, token=True, **popen):
     cmd += ["--launcher", "ray", "--ray-address", cluster.address, *args]
     log = Path(f"{out}.log")
     with open(log, "w") as f:
-        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, **popen), log
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return proc, log
 
 
 def finished(proc, log, timeout=TIMEOUT_S) -> int:
@@ -77,14 +85,29 @@ def finished(proc, log, timeout=TIMEOUT_S) -> int:
         pytest.fail(f"compare did not end in {timeout} s:\n{log.read_text()[-4000:]}")
 
 
+def wait_for(condition, what: str, proc, log, timeout=TIMEOUT_S, every=0.05):
+    """Poll `condition` until it returns something true (returned); fail when compare ends or time runs out."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = condition()
+        if found:
+            return found
+        if proc.poll() is not None:
+            pytest.fail(f"compare ended (exit {proc.returncode}) before {what}:\n{log.read_text()[-4000:]}")
+        time.sleep(every)
+    pytest.fail(f"no {what} in {timeout} s:\n{log.read_text()[-4000:]}")
+
+
 def without_timing(value):
-    """verdicts.json less its throughput figures: tokens/s, and the ratio of two in a claim's why, are measured
-    (every other number is computed from the runs' scores)."""
+    """verdicts.json less its throughput figures: tokens/s, the ratio of two in a claim's why, and whether they were
+    measured alone (the reference trains one run at a time) are measured; every other number comes from scores."""
     if isinstance(value, dict):
-        return {k: without_timing(v) for k, v in value.items() if k != "tokens_per_s"}
+        return {k: without_timing(v) for k, v in value.items() if k not in ("tokens_per_s", "measured_alone")}
     if isinstance(value, list):
         return [without_timing(v) for v in value]
-    return re.sub(r"throughput [0-9.]+x", "throughput", value) if isinstance(value, str) else value
+    if isinstance(value, str):
+        return re.sub(r"throughput [0-9.]+x ([^ ]+)( \(runs shared the machine\))?", r"throughput against \1", value)
+    return value
 
 
 def losses(run_dir: Path) -> list:
@@ -92,117 +115,94 @@ def losses(run_dir: Path) -> list:
     return [(r["step"], r.get("loss"), r.get("eval_loss")) for r in rows]
 
 
-def local_reference(sweep, out, monkeypatch) -> dict:
-    """The sweep through the local launcher, two runs at once of one thread each, as the cluster trains them."""
-    monkeypatch.setattr("blocklab.experiments.jobs.cpu_count", lambda: 2)  # 2 processes x 1 thread anywhere
-    assert main(["compare", str(sweep), "--out", str(out), "--jobs", "2", "--no-report", "--no-progress"]) == 0
+def statuses(out: Path) -> dict:
+    return {p.parent.name: json.loads(p.read_text())["status"] for p in out.glob("runs/*/summary.json")}
+
+
+def local_reference(sweep, out) -> dict:
+    """The sweep through the local launcher, in this process, one thread (tests/conftest.py) as each Ray task has
+    (no worker processes to start: the quickest reference)."""
+    assert main(["compare", str(sweep), "--out", str(out), "--jobs", "1", "--no-report", "--no-progress"]) == 0
     return json.loads((out / "verdicts.json").read_text())
 
 
-def trained_on(cluster, node_index: int, timeout=TIMEOUT_S) -> tuple[str, str]:
-    """(run name, node id prefix) of the first run a node's worker says it trains, from its log files."""
-    logs = cluster.root / f"n{node_index}"
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for f in logs.glob("session_*/logs/worker-*.err"):
-            for line in f.read_text(errors="replace").splitlines():
-                if "] training on " in line:
-                    name = line.split("[", 1)[1].split("]", 1)[0]
-                    return name, line.rsplit("(node ", 1)[1].rstrip(")")
-        time.sleep(0.05)
-    pytest.fail(f"no run started on node n{node_index} in {timeout} s")
-
-
-def test_a_sweep_lands_on_both_nodes_with_the_local_launchers_verdicts(two_nodes, tmp_path, overrides, monkeypatch):
+def test_a_sweep_lands_on_both_nodes_with_the_local_launchers_verdicts(two_nodes, tmp_path, overrides):
     # Tuning, then final seeds: long enough that some runs score and others fail (end on the unigram plateau).
     sweep = sweep_file(tmp_path, overrides, steps=100, values=(1e-2, 3e-2))
     proc, log = compare(two_nodes, sweep, tmp_path / "ray")
     assert finished(proc, log) == 0, log.read_text()[-4000:]
-    reference = local_reference(sweep, tmp_path / "local", monkeypatch)
+    reference = local_reference(sweep, tmp_path / "local")
     got = json.loads((tmp_path / "ray" / "verdicts.json").read_text())
     assert without_timing(got) == without_timing(reference)
-    statuses = [s for g in got["experiments"]["tiny"]["groups"].values() for p in g["curve"] for s in p["statuses"]]
-    assert "completed" in statuses and len(statuses) == 4  # scores to compare, not only failures
+    outcomes = [s for g in got["experiments"]["tiny"]["groups"].values() for p in g["curve"] for s in p["statuses"]]
+    assert "completed" in outcomes and len(outcomes) == 4  # scores to compare, not only failures
     runs = sorted(p.name for p in (tmp_path / "local" / "runs").iterdir())
     assert runs == sorted(p.name for p in (tmp_path / "ray" / "runs").iterdir()) and len(runs) == 8
-    nodes = set()
+    nodes, hosts = set(), set()
     for name in runs:  # the same losses, bit for bit, at every logged step
         assert losses(tmp_path / "ray" / "runs" / name) == losses(tmp_path / "local" / "runs" / name), name
         summary = json.loads((tmp_path / "ray" / "runs" / name / "summary.json").read_text())
         assert summary["launcher"] == "ray" and summary["threads"] == 1 and summary["concurrent_runs"] == 2
         nodes.add(summary["ray_node_id"])
+        hosts.add(summary["host"])
         local = json.loads((tmp_path / "local" / "runs" / name / "summary.json").read_text())
-        assert local["launcher"] == "local" and "ray_node_id" not in local
+        assert local["launcher"] == "local" and "ray_node_id" not in local and local["host"] in hosts
     assert len(nodes) == 2  # both nodes trained
     text = log.read_text()
-    assert "[1/8] " in text and "queued on the cluster to train (100 steps)" in text
-    assert " tokens/s on " in text and "(node " in text  # the progress lines name the node
+    assert "Ray: 2 node(s) at 127.0.0.2:" in text and "[1/8] " in text and "queued on the cluster to train" in text
+    done = [line for line in text.splitlines() if " tokens/s on " in line]
+    assert len(done) == 8 and {line.rsplit("(node ", 1)[1][:8] for line in done} == {n[:8] for n in nodes}
+    assert text.count("] training on ") == 8  # each run trained once: nothing retried
 
 
-def test_a_lost_node_is_survived_by_resuming_from_the_checkpoint(two_nodes, tmp_path, overrides, monkeypatch):
-    sweep = sweep_file(tmp_path, overrides, steps=300)
+def test_ctrl_c_cancels_the_tasks_and_the_same_command_resumes(two_nodes, tmp_path, overrides):
+    # Short Pre-LN runs that finish first, then SAS-P runs that do not: Ctrl-C once one of them trains.
+    sweep = sweep_file(tmp_path, overrides, steps=200, seeds=(0, 1, 2), short=20)
     out = tmp_path / "ray"
     proc, log = compare(two_nodes, sweep, out)
     try:
-        name, node = trained_on(two_nodes, 1)
-        run = out / "runs" / name
-        deadline, saved = time.time() + TIMEOUT_S, []
-        while not saved and time.time() < deadline:  # a checkpoint, and the metrics up to it
-            steps = sorted(int(p.name.split("-")[1]) for p in run.glob("checkpoints/step-*") if "tmp" not in p.name)
-            rows = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []
-            if steps and len(rows) >= steps[-1]:
-                saved = rows[: steps[-1]]
-            time.sleep(0.02)
-        assert saved and not (run / "summary.json").exists(), "the run ended before its node could be lost"
-        raylet = two_nodes.nodes[1].raylet()
-        os.kill(raylet, signal.SIGKILL)  # the worker node is lost, its run mid-way
-        assert finished(proc, log) == 0, log.read_text()[-4000:]
+
+        def a_long_one_trains():
+            return any(p.stat().st_size > 0 for p in out.glob("runs/sas-p_s*/metrics.jsonl"))
+
+        wait_for(a_long_one_trains, "a SAS-P run training", proc, log)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: to the terminal's foreground group, compare's own
+        assert finished(proc, log) == 130, log.read_text()[-4000:]
     finally:
         if proc.poll() is None:
             proc.kill()
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "completed" and not summary["ray_node_id"].startswith(node)  # ended on the head
-    rows = (run / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(r)["step"] for r in rows] == list(range(1, 301))  # one continuous step sequence
-    # Resumed, not restarted: the rows up to its checkpoint are the ones written before the loss, timings and all.
-    assert rows[: len(saved)] == saved
-    assert {json.loads(p.read_text())["status"] for p in out.glob("runs/*/summary.json")} == {"completed"}
-    reference = local_reference(sweep, tmp_path / "local", monkeypatch)
-    assert without_timing(json.loads((out / "verdicts.json").read_text())) == without_timing(reference)
-
-
-def test_sigterm_cancels_the_tasks_and_the_same_command_resumes(two_nodes, tmp_path, overrides):
-    sweep = sweep_file(tmp_path, overrides, steps=3000, seeds=(0,))
-    out = tmp_path / "ray"
+    found = statuses(out)
+    # One run or two (one a node) were training: each saved and wrote `interrupted`; the queued ones never started.
+    assert 1 <= list(found.values()).count("interrupted") <= 2 and "completed" in found.values(), found
+    assert set(found.values()) <= {"completed", "interrupted"}  # no half-written folder
+    assert sorted(p.name for p in out.glob("runs/*")) == sorted(found) and len(found) < 6
+    finished_runs = {n: (out / "runs" / n / "summary.json").read_bytes() for n, s in found.items() if s == "completed"}
+    assert "(cancelled); the same command resumes it" in log.read_text()
+    sizes = {p: p.stat().st_size for p in out.glob("runs/*/metrics.jsonl")}
+    time.sleep(2)
+    assert {p: p.stat().st_size for p in out.glob("runs/*/metrics.jsonl")} == sizes  # nothing trains on
     proc, log = compare(two_nodes, sweep, out)
-    try:
-        deadline = time.time() + TIMEOUT_S
-        while time.time() < deadline and sum(p.stat().st_size > 0 for p in out.glob("runs/*/metrics.jsonl")) < 2:
-            time.sleep(0.05)
-        # A second compare into the same folder meanwhile: refused in one line, nothing touched.
+    try:  # the same command resumes; a second compare into the folder meanwhile is refused in one line
+        wait_for(lambda: "Ray: 2 node(s)" in log.read_text(), "connection", proc, log)
+        os.kill(proc.pid, signal.SIGSTOP)  # it holds the folder however soon its runs would end
         other = subprocess.run(
             [sys.executable, "-m", "blocklab", "compare", str(sweep), "--out", str(out), "--launcher", "ray",
              "--ray-address", two_nodes.address, "--no-report"],
             env=two_nodes.env(), capture_output=True, text=True, timeout=TIMEOUT_S,
         )  # fmt: skip
-        assert other.returncode == 2 and "in use by another compare" in other.stderr
-        assert len(other.stderr.strip().splitlines()) <= 2  # the sweep's status line and the refusal
-        assert not list(out.glob("runs/*/summary.json")), "the runs ended before the signal: raise their steps"
-        proc.send_signal(signal.SIGTERM)  # to compare alone, as `kill PID` sends it
-        assert finished(proc, log) == 130, log.read_text()[-4000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    statuses = {p.parent.name: json.loads(p.read_text())["status"] for p in out.glob("runs/*/summary.json")}
-    assert set(statuses.values()) == {"interrupted"} and len(statuses) == 2, statuses
-    sizes = {p: p.stat().st_size for p in out.glob("runs/*/metrics.jsonl")}
-    time.sleep(2)
-    assert {p: p.stat().st_size for p in out.glob("runs/*/metrics.jsonl")} == sizes  # nothing trains on
-    proc, log = compare(two_nodes, sweep, out)
+        os.kill(proc.pid, signal.SIGCONT)
+    assert other.returncode == 2 and "in use by another compare (pid " in other.stderr, other.stderr
+    assert len(other.stderr.strip().splitlines()) == 2  # the sweep's status line and the refusal
     assert finished(proc, log) == 0, log.read_text()[-4000:]
-    for run in out.glob("runs/*"):
-        assert json.loads((run / "summary.json").read_text())["status"] == "completed"
-        assert [s for s, _, _ in losses(run)] == list(range(1, 3001))
+    assert set(statuses(out).values()) == {"completed"} and len(statuses(out)) == 6
+    for name, summary in finished_runs.items():  # a finished run is kept as it is, never trained again
+        assert (out / "runs" / name / "summary.json").read_bytes() == summary
+        assert f"[{name}] training on " not in log.read_text()
+    for name in set(found) - set(finished_runs):
+        assert f"[{name}] resuming on " in log.read_text()
+    for run in out.glob("runs/sas-p_*"):
+        assert [s for s, _, _ in losses(run)] == list(range(1, 201))
 
 
 def test_a_client_without_the_token_is_refused_in_one_line(cluster, tmp_path, overrides):
@@ -212,6 +212,45 @@ def test_a_client_without_the_token_is_refused_in_one_line(cluster, tmp_path, ov
     err = log.read_text().strip().splitlines()
     assert "refused this client" in err[-1] and "RAY_AUTH_TOKEN" in err[-1] and "Traceback" not in log.read_text()
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_lost_node_is_survived_by_resuming_from_the_checkpoint(two_nodes, tmp_path, overrides):
+    # After the tests that need both nodes: the worker is not started again (the next test adds its own node).
+    sweep = sweep_file(tmp_path, overrides, steps=200)
+    out = tmp_path / "ray"
+    worker = two_nodes.nodes[1]
+    before = worker.worker_logs()
+    proc, log = compare(two_nodes, sweep, out)
+    try:
+
+        def on_worker():  # the run the worker node trains, from its worker's stderr: "  [NAME] training on ..."
+            return next((x for x in worker.lines_since(before) if "] training on " in x), None)
+
+        line = wait_for(on_worker, "run on the worker node", proc, log)
+        run, node = out / "runs" / line.split("[", 1)[1].split("]", 1)[0], line.rsplit("(node ", 1)[1][:8]
+
+        def checkpointed():  # a checkpoint past the first, and the metrics rows up to it
+            steps = [int(p.name.split("-")[1]) for p in run.glob("checkpoints/step-*") if p.name[5:].isdigit()]
+            rows = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []
+            return max(steps, default=0) >= 20 and len(rows) >= max(steps) and rows[: max(steps)]
+
+        saved = wait_for(checkpointed, "checkpoint on the worker node", proc, log, every=0.01)
+        assert not (run / "summary.json").exists(), "the run ended before its node could be lost: raise its steps"
+        os.kill(worker.raylet(), signal.SIGKILL)  # the worker node is lost, its run mid-way
+        assert finished(proc, log) == 0, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    summary = json.loads((run / "summary.json").read_text())
+    assert not summary["ray_node_id"].startswith(node) and f"[{run.name}] resuming on " in log.read_text()  # the head
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in rows] == list(range(1, summary["step"] + 1))  # one continuous sequence
+    # Resumed, not restarted: the rows up to its checkpoint are the ones written before the loss, timings and all.
+    assert rows[: len(saved)] == saved
+    assert len(statuses(out)) == 4 and "partial" not in statuses(out).values()
+    reference = local_reference(sweep, tmp_path / "local")
+    assert without_timing(json.loads((out / "verdicts.json").read_text())) == without_timing(reference)
+    assert losses(run) == losses(tmp_path / "local" / "runs" / run.name)  # as if never disturbed, bit for bit
 
 
 def test_a_node_that_cannot_write_the_folder_is_refused_before_any_run(cluster, tmp_path, overrides):

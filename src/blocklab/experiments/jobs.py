@@ -9,6 +9,7 @@ cannot keep several cores busy with matrices this small (measured in benchmarks/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -167,34 +168,43 @@ def _run_parallel(tasks, jobs, log, on_done, results) -> tuple[str, dict]:
                     os.kill(proc.pid, signal.SIGTERM)
             raise KeyboardInterrupt
 
-        try:
-            previous = signal.signal(signal.SIGTERM, forward)
-        except ValueError:  # not the main thread: the caller handles its signals
-            previous = None
-        try:
-            while running:
-                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                for fut in done:
-                    run, head = running.pop(fut)
-                    summary = fut.result()
-                    results[run.name] = summary
-                    (on_done or (lambda *a: None))(run, head, summary)
-                    if summary["status"] == "interrupted":
-                        status = "interrupted"
-                while status == "completed" and pending and len(running) < jobs:
-                    submit()
-        except KeyboardInterrupt:
-            # Ctrl-C reached the workers too (SIGTERM was forwarded): each saves its run and returns
-            # `interrupted`; wait for them, so that nothing trains on after compare has returned.
-            if previous is not None:
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            status = "interrupted"
-            for fut, (run, _head) in running.items():
-                try:
-                    results[run.name] = fut.result()
-                except (KeyboardInterrupt, Exception):  # a worker that died before its handler: resumable
-                    pass
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+        with on_sigterm(forward) as installed:
+            try:
+                while running:
+                    done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        run, head = running.pop(fut)
+                        summary = fut.result()
+                        results[run.name] = summary
+                        (on_done or (lambda *a: None))(run, head, summary)
+                        if summary["status"] == "interrupted":
+                            status = "interrupted"
+                    while status == "completed" and pending and len(running) < jobs:
+                        submit()
+            except KeyboardInterrupt:
+                # Ctrl-C reached the workers too (SIGTERM was forwarded): each saves its run and returns
+                # `interrupted`; wait for them, so that nothing trains on after compare has returned.
+                if installed:
+                    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                status = "interrupted"
+                for fut, (run, _head) in running.items():
+                    try:
+                        results[run.name] = fut.result()
+                    except (KeyboardInterrupt, Exception):  # a worker that died before its handler: resumable
+                        pass
     return status, results
+
+
+@contextlib.contextmanager
+def on_sigterm(handler):
+    """`handler` for SIGTERM in the block (`kill PID` reaches compare alone, not its runs), the previous one after;
+    yields whether it was installed (not in a thread other than the main one: its caller handles its signals)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        previous = None
+    try:
+        yield previous is not None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

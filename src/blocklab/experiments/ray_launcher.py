@@ -16,18 +16,16 @@ writes `interrupted` and stops, so the same command resumes it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
-import signal
 import socket
 import sys
 import uuid
 from pathlib import Path
 
 from blocklab.errors import UserError, import_extra
-from blocklab.experiments.jobs import FINISHED, record_run
+from blocklab.experiments.jobs import FINISHED, on_sigterm, record_run
 from blocklab.experiments.sweep import run_status
 
 RETRIES = 3  # Ray's retries of a task whose node or worker was lost, each resuming the run
@@ -44,10 +42,17 @@ def cluster_address(given: str | None) -> str | None:
     return given or os.environ.get("RAY_ADDRESS") or None
 
 
+# Ray folds alike lines of several workers into one ("[repeated 2x across cluster]"): never a run's own lines
+# ("  [NAME] ..."), which say which run started where. Read when ray is imported, as the switch above.
+NEVER_FOLD = ("RAY_DEDUP_LOGS_ALLOW_REGEX", r"^\s*\[[^]]+\] ")
+
+
 def require_ray(address: str | None):
     """The ray module, or one line naming the extra that installs it."""
-    if address is None and "ray" not in sys.modules:
-        os.environ.setdefault(LOOPBACK_ONLY, "0")
+    if "ray" not in sys.modules:
+        os.environ.setdefault(*NEVER_FOLD)
+        if address is None:
+            os.environ.setdefault(LOOPBACK_ONLY, "0")
     return import_extra("ray", "ray", "compare --launcher ray")
 
 
@@ -60,6 +65,7 @@ class RayLauncher:
         self.address, self.cpus, self.gpus = address, cpus, gpus
         self.ray = None
         self.capacity = 1
+        self.sharing: dict = {}  # node id -> the runs its machine trains at once (its nodes' slots together)
 
     def start(self, out: Path, log=print) -> None:
         """Connect, find the nodes that can take a run, and check that each sees `out` and can write there."""
@@ -90,6 +96,11 @@ class RayLauncher:
                 "for one run; lower --cpus-per-run / --gpus-per-run or add such a node"
             )
         self.capacity = sum(self._slots(n["Resources"]) for n in nodes)
+        per_host: dict = {}
+        for n in nodes:
+            host = n.get("NodeManagerHostname") or n["NodeManagerAddress"]
+            per_host[host] = per_host.get(host, 0) + self._slots(n["Resources"])
+        self.sharing = {n["NodeID"]: per_host[n.get("NodeManagerHostname") or n["NodeManagerAddress"]] for n in nodes}
         try:
             check_folder(ray, out, nodes)
         except UserError:
@@ -120,12 +131,12 @@ class RayLauncher:
         results: dict = {}
         status = "completed"
         try:
-            with _sigterm_interrupts():
+            with on_sigterm(_interrupt):
                 for run, run_dir, resume, head in tasks:
                     log(
                         f"{head}: queued on the cluster to {'resume' if resume else 'train'} ({run.config.train.steps} steps)"
                     )
-                    ref = remote.remote(run.config, str(run_dir), run.name, threads, self.capacity)
+                    ref = remote.remote(run.config, str(run_dir), run.name, threads, self.sharing)
                     running[ref] = (run, Path(run_dir), head)
                 while running and status == "completed":
                     done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)  # signals run between waits
@@ -253,9 +264,10 @@ def folder_probe(out: str, mark: str) -> dict:
     return found
 
 
-def train_task(config, run_dir: str, label: str, threads: int, concurrent: int) -> dict:
+def train_task(config, run_dir: str, label: str, threads: int, sharing: dict) -> dict:
     """One run, on the node Ray chose (a Ray task). An earlier attempt's folder (a lost node, an interrupted
-    compare) is resumed from its last checkpoint; a run that already finished is returned as it is."""
+    compare) is resumed from its last checkpoint; a run that already finished is returned as it is. `sharing`:
+    how many runs each node's machine trains at once (summary.json's concurrent_runs, as compare --jobs's)."""
     import ray
     import torch
 
@@ -265,6 +277,7 @@ def train_task(config, run_dir: str, label: str, threads: int, concurrent: int) 
     status = run_status(path)
     if status in FINISHED:
         return json.loads((path / "summary.json").read_text())
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # a run's train.threads 0 (auto) takes it, as in a local worker
     torch.set_num_threads(threads)
     node, host = ray.get_runtime_context().get_node_id(), socket.gethostname()
 
@@ -273,25 +286,13 @@ def train_task(config, run_dir: str, label: str, threads: int, concurrent: int) 
 
     log(f"{'resuming' if status else 'training'} on {host} (node {node[:8]})")
     summary = train(config, path, resume=status is not None, progress=False, log=log)
+    concurrent = sharing.get(node, sum(sharing.values()) or 1)  # a node that joined later: the cluster's count
     return record_run(path, summary, torch.get_num_threads(), concurrent, launcher="ray", ray_node_id=node, host=host)
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts():
+def _interrupt(signum, frame):
     """SIGTERM (`kill PID`) stops compare as Ctrl-C does: a KeyboardInterrupt, then the tasks are cancelled."""
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: the caller handles its signals
-        previous = None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    raise KeyboardInterrupt
 
 
 def _first_line(e: BaseException) -> str:
