@@ -143,6 +143,16 @@ class NGPT(nn.Module):
         self.alpha_a = Scale(d, ALPHA_INIT, d**-0.5)
         self.alpha_m = Scale(d, ALPHA_INIT, d**-0.5)
 
+    def muon_matrices(self) -> list[nn.Parameter]:
+        """What train.optimizer muon gives Muon (model/params.py): the six matrices, W_q, W_k, W_v, W_o and the
+        MLP's [W_u; W_v] and W_o, as any block's. They live on the unit sphere, and after Muon's step as after
+        AdamW's the block's after_update hook puts them back there (SphereHooks, run by the trainer after every
+        optimizer step): Muon's orthogonalised step moves a row like any other step, the projection undoes
+        its change of length. The stored scalings alpha_A, alpha_M, s_qk and s_uv are vectors: AdamW's, whose
+        per-coordinate step their stored scaling is sized for (the authors' Sec. 2.5)."""
+        attn, mlp = self.attn, self.mlp
+        return [attn.q.weight, attn.k.weight, attn.v.weight, attn.proj.weight, mlp.fc1.weight, mlp.fc2.weight]
+
     def forward(self, x, key_mask=None):
         h = l2_normalise(x)  # a no-op after the first block, whose input is token + position embedding
         h = l2_normalise(h + self.alpha_a().abs() * (l2_normalise(self.attn(h, key_mask)) - h))
