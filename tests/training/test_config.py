@@ -29,6 +29,7 @@ def test_resolved_config_round_trips(tmp_path):
         (["--train.lr", "-1e-3"], ["train.lr"]),
         (["--train.steps", "10", "--train.warmup_steps", "20"], ["warmup_steps", "20"]),
         (["--train.optimizer", "lion"], ["lion", "adamw"]),
+        (["--train.optimizer", "lion"], ["train.optimizer", "muon"]),
         (["--train.schedule", "step"], ["step", "inv_sqrt"]),
         (["--model.block", "gpt"], ["block", "gpt", "sas-p"]),
         (["--model.d_model", "100", "--model.n_heads", "3"], ["d_model", "n_heads"]),
@@ -70,3 +71,7 @@ def test_train_help_lists_the_choices_of_each_option():
     assert text["--model.norm"].endswith("one of: rmsnorm, layernorm, dyt, derf")
     assert text["--model.attn_gate"].endswith("one of: false, true, headwise")
     assert "sgd" in text["--train.optimizer"] and "one of" not in text["--model.d_model"]
+    assert text["--train.optimizer"].endswith("one of: adamw, adam, sgd, muon")
+    help_lines = describe_options().splitlines()
+    said = help_lines[help_lines.index(text["--train.optimizer"]) + 1]  # what it does, on the next line
+    assert "torch.optim.Muon" in said and "RMS-matched" in said

@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-OPTIMIZERS = ("adamw", "adam", "sgd")
+OPTIMIZERS = ("adamw", "adam", "sgd", "muon")
 SCHEDULES = ("constant", "linear", "cosine", "inv_sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLELS = ("ddp", "fsdp")
@@ -37,7 +37,13 @@ class TrainConfig:
         16, help="sequences per update, over all processes (split across ranks under torchrun)", min=1
     )
     lr: float = setting(1e-3, help="peak learning rate", min=0, min_exclusive=True)
-    optimizer: str = setting("adamw", help="the optimizer (sgd with train.momentum)", choices=OPTIMIZERS)
+    optimizer: str = setting(
+        "adamw",
+        help="the optimizer (sgd with train.momentum); muon: torch.optim.Muon on the blocks' hidden matrices, its "
+        "update RMS-matched to AdamW's so that train.lr serves both, and AdamW on the embeddings, head, gains, "
+        "norms, biases and scalars",
+        choices=OPTIMIZERS,
+    )
     schedule: str = setting(
         "linear",
         help="after the linear warm-up: constant, linear or cosine decay to zero, or inv_sqrt (fairseq's inverse_sqrt)",
@@ -46,9 +52,18 @@ class TrainConfig:
     warmup_steps: int | None = setting(
         None, help="linear warm-up from 0 to train.lr (0: none)", unit="steps", derived="5% of train.steps", min=0
     )
-    weight_decay: float = setting(0.1, help="decoupled weight decay (gains, norms and biases get none)", min=0)
-    beta1: float = setting(0.9, help="Adam's first-moment decay", min=0, max=1, max_exclusive=True)
-    beta2: float = setting(0.98, help="Adam's second-moment decay", min=0, max=1, max_exclusive=True)
+    weight_decay: float = setting(
+        0.1,
+        help="decoupled weight decay on every matrix (muon: on Muon's matrices as on AdamW's embeddings and "
+        "head); gains, norms, biases and scalars get none",
+        min=0,
+    )
+    beta1: float = setting(
+        0.9, help="Adam's (and muon's AdamW part's) first-moment decay", min=0, max=1, max_exclusive=True
+    )
+    beta2: float = setting(
+        0.98, help="Adam's (and muon's AdamW part's) second-moment decay", min=0, max=1, max_exclusive=True
+    )
     momentum: float = setting(0.9, help="optimizer=sgd only: momentum", min=0)
     grad_clip: float = setting(1.0, help="clip the global gradient norm to this (0: no clipping)", min=0)
     seed: int = setting(0, help="seeds the initialisation, the batch order and the masks")
