@@ -41,9 +41,14 @@ def test_deterministic_for_a_seed(tmp_path, overrides):
     assert losses(tmp_path / "c") != losses(tmp_path / "a")
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_resume_is_bit_for_bit(tmp_path, overrides, monkeypatch, optimizer):
-    overrides["train"]["optimizer"] = optimizer
+@pytest.mark.parametrize(
+    "block,train_kw",
+    [("sas-p", {}), ("sas-p", {"optimizer": "muon"}), ("pre-ln", {"optimizer": "muon", "qk_clip": 0.02})],
+    ids=["adamw", "muon", "muon-qk-clip"],  # pre-ln: its logits pass 0.02 from the start, so every step clips
+)
+def test_resume_is_bit_for_bit(tmp_path, overrides, monkeypatch, block, train_kw):
+    overrides["model"]["block"] = block
+    overrides["train"].update(train_kw)
     cfg = load_config(None, overrides)
     train(cfg, tmp_path / "full", progress=False)
     real_step = Trainer.train_step

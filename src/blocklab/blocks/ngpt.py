@@ -35,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from blocklab.attention.functional import merge_heads, softmax_attention, split_heads
+from blocklab.attention.logits import ClipsLogits
 from blocklab.blocks.hooks import ModelHooks
 from blocklab.config import ModelConfig
 from blocklab.layers import Scale, l2_normalise
@@ -48,8 +49,14 @@ def _normalise_rows(*linears: nn.Linear, dim: int) -> None:
         lin.weight.copy_(l2_normalise(lin.weight, dim))
 
 
-class NormalisedAttention(nn.Module):
+class NormalisedAttention(ClipsLogits, nn.Module):
     """softmax(sqrt(d_h) q k^T) v with q = s_qk Norm(q_h), k = s_qk Norm(k_h) (nGPT eqs. 15-16)."""
+
+    def qk_clip_refusal(self) -> str:
+        return (
+            "nGPT normalises each head's queries and keys onto the unit sphere, so scaling W^Q and W^K does not "
+            "change its logits (s_qk bounds them)"
+        )
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()

@@ -65,6 +65,15 @@ class TrainConfig:
         0.98, help="Adam's (and muon's AdamW part's) second-moment decay", min=0, max=1, max_exclusive=True
     )
     momentum: float = setting(0.9, help="optimizer=sgd only: momentum", min=0)
+    # Kimi K2's QK-clip (training/qk_clip.py, attention/logits.py): the per-layer maxima go to metrics.jsonl.
+    qk_clip: float | None = setting(
+        None,
+        help="QK-clip (Kimi K2) at this tau: after each step, a head whose largest attention logit on the batch "
+        "exceeded tau has its W^Q and W^K scaled by sqrt(tau / max) each; logs max_logit/L{l}",
+        derived="none: off",
+        min=0,
+        min_exclusive=True,
+    )
     grad_clip: float = setting(1.0, help="clip the global gradient norm to this (0: no clipping)", min=0)
     seed: int = setting(0, help="seeds the initialisation, the batch order and the masks")
     log_every: int = setting(10, help="a metrics.jsonl line every this many steps", unit="steps", min=1)
@@ -234,6 +243,14 @@ class RunConfig:
             raise UserError("train.init_from applies to model.task='classification' only (blocklab finetune)")
         if data.vocab_size > model.vocab_size:
             raise UserError(f"data.vocab_size={data.vocab_size} exceeds model.vocab_size={model.vocab_size}")
+        if train.qk_clip is not None:
+            from blocklab.model.logits import qk_clip_refusal  # torch and the blocks: only when asked for
+
+            why = qk_clip_refusal(model)
+            if why is not None:
+                raise ConfigError(
+                    f"train.qk_clip={train.qk_clip!r} does not apply to model.block={model.block!r}: {why}"
+                )
         return cls(model, data, train)
 
 
