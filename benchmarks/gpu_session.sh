@@ -1,32 +1,52 @@
 #!/usr/bin/env bash
-# Every GPU measurement the attention work needs, in one run of at most 10 minutes (a session's device time is
-# short and rare). Each step has its own time limit and writes OUT/NAME.txt (stdout), NAME.err and, where the
-# tool has one, NAME.json; a step that fails or runs out of time does not stop the others. Then copy the tables
-# into benchmarks/RESULTS.md with the device named (the files name it).
-#   OUT=$OUT bash benchmarks/gpu_session.sh      # on the device machine, from the repository root
-# Steps (limits in seconds): the kernel's tests on the GPU (150), blocklab check with the compiled competitors
-# (170), the kernel against plain causal SDPA at T = 128..16384, D = 64 and 128 (110), the he-codeparrot bench
-# eager and compiled with auto, fused and sdpa (50 + 100).
+# The GPU measurements the attention work needs, in parts that each fit one call of at most 10 minutes (a
+# session's device time is short and rare). The 2026-11-28 H100 session ran all of them in one call with shorter
+# limits and every step ran out of time (benchmarks/RESULTS.md, "GPU session of 2026-11-28"): Triton's autotuning
+# compiles for tens of seconds per kernel configuration. Each step has its own time limit and writes
+# OUT/NAME.txt (stdout), NAME.err and, where the tool has one, NAME.json; a step that fails or runs out of time
+# does not stop the others; at the end everything is packed into OUT/session-PART.tgz (a call brings back at most
+# 8 files). Then copy the tables into benchmarks/RESULTS.md with the device named (the files name it).
+#   OUT=$OUT bash benchmarks/gpu_session.sh kernel   # the kernel's tests, then the kernel against plain SDPA
+#   OUT=$OUT bash benchmarks/gpu_session.sh check    # blocklab check with the compiled competitors
+#   OUT=$OUT bash benchmarks/gpu_session.sh bench    # the he-codeparrot bench, eager and compiled
 set -uo pipefail
+PART="${1:-kernel}"
 OUT="${OUT:-gpu-session}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.txt" 2>&1
-nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+mkdir -p "$OUT/$PART"
+LOG="$OUT/$PART"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.txt" 2>&1
+nvidia-smi >"$LOG/nvidia-smi.txt" 2>&1
 export BLOCKLAB_FUSED_AUTOTUNE="${BLOCKLAB_FUSED_AUTOTUNE:-1}"
 
 step() {
     local name=$1 limit=$2
     shift 2
     local t0=$SECONDS
-    timeout "$limit" "$@" >"$OUT/$name.txt" 2>"$OUT/$name.err"
+    timeout "$limit" "$@" >"$LOG/$name.txt" 2>"$LOG/$name.err"
     local rc=$?
-    echo "== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
-    tail -n 25 "$OUT/$name.txt"
+    echo "== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$LOG/steps.txt"
+    tail -n 25 "$LOG/$name.txt"
 }
 
 BENCH=(--blocks pre-ln,sas-p --shape he-codeparrot --precision bf16 --reps 5 --no-memory)
-step pytest-attention 150 python3 -m pytest -q -p no:cacheprovider tests/attention/test_fused_v3.py tests/attention/test_fused.py tests/attention/test_fused_model.py
-step check 170 blocklab check --device cuda --shapes 128,1024,4096 --reps 10 --json "$OUT/check.json"
-step kernel-vs-sdpa 110 python3 benchmarks/kernel_vs_sdpa.py --reps 10 --compiled --json "$OUT/kernel-vs-sdpa.json"
-step bench-eager 50 blocklab bench "${BENCH[@]}" --attn-impl auto --extra sas-p:bf16:eager:fused,sas-p:bf16:eager:sdpa --json "$OUT/bench-eager.json"
-step bench-compiled 100 blocklab bench "${BENCH[@]}" --compile --attn-impl auto --extra sas-p:bf16:compile:fused,sas-p:bf16:compile:sdpa --json "$OUT/bench-compiled.json"
+case "$PART" in
+kernel)  # 300 + 240 s
+    step pytest-attention 300 python3 -m pytest -q -p no:cacheprovider tests/attention/test_fused_v3.py \
+        tests/attention/test_fused.py tests/attention/test_fused_model.py
+    step kernel-vs-sdpa 240 python3 benchmarks/kernel_vs_sdpa.py --reps 10 --compiled --json "$LOG/kernel-vs-sdpa.json"
+    ;;
+check)  # 520 s
+    step check 520 blocklab check --device cuda --shapes 128,1024,4096 --reps 10 --json "$LOG/check.json"
+    ;;
+bench)  # 200 + 320 s
+    step bench-eager 200 blocklab bench "${BENCH[@]}" --attn-impl auto \
+        --extra sas-p:bf16:eager:fused,sas-p:bf16:eager:sdpa --json "$LOG/bench-eager.json"
+    step bench-compiled 320 blocklab bench "${BENCH[@]}" --compile --attn-impl auto \
+        --extra sas-p:bf16:compile:fused,sas-p:bf16:compile:sdpa --json "$LOG/bench-compiled.json"
+    ;;
+*)
+    echo "gpu_session.sh: unknown part '$PART'; give kernel, check or bench" >&2
+    exit 2
+    ;;
+esac
+tar czf "$OUT/session-$PART.tgz" -C "$OUT" "$PART"

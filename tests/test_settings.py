@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -220,9 +221,10 @@ def test_readme_options_table_is_the_generated_one():
 
 
 def test_readme_and_presets_do_not_send_users_to_the_spec():
-    from blocklab.experiments.zoo_presets import ZOO
+    from blocklab.experiments.presets import PRESETS
 
-    assert "SPEC" not in README.read_text() and "SPEC" not in ZOO["description"]
+    assert "SPEC" not in README.read_text()
+    assert not [name for name, spec in PRESETS.items() if "SPEC" in json.dumps(spec)]
 
 
 def _help(capsys, *argv) -> str:

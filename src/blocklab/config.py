@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass, fields
 
-from blocklab.block_table import gain_default
+from blocklab.block_table import BUILTIN_BLOCKS, gain_default
 from blocklab.errors import ConfigError
 from blocklab.registry import PUBLIC_BLOCKS, REGISTRY, TASKS, block_names
-from blocklab.settings import setting, validate
+from blocklab.settings import only_where, setting, validate
 
 # Which block offers which task and whether dropout applies to it are facts of its BlockSpec (registry.py).
 NORMS = ("rmsnorm", "layernorm", "dyt", "derf")
@@ -19,6 +19,21 @@ POSITIONS = ("learned", "sinusoidal")
 POOLINGS = ("first", "mean")
 # canon: the positions A, B, C, D, any of them once each and in that order.
 CANON_SETS = tuple("".join(c for i, c in enumerate("ABCD") if k >> i & 1) for k in range(1, 16))
+
+
+def only_blocks(*names: str):
+    """A setting's `applies` rule: it means something to these blocks only (they alone read it)."""
+    return only_where("block", *names)
+
+
+def has_gain(name: str):
+    """A setting's `applies` rule for beta_ff / beta_sa: the block has that gain."""
+
+    def rule(c) -> bool:
+        facts = BUILTIN_BLOCKS.get(c["block"])
+        return getattr(facts if facts is not None else REGISTRY[c["block"]], name) is not None
+
+    return rule
 
 
 def reject_unknown(cls):
@@ -84,44 +99,72 @@ class ModelConfig:
         None,
         help="gain on the MLP branch of the blocks that have one; none: the block's own; other blocks refuse it",
         derived=lambda: gain_default("beta_ff"),
+        applies=has_gain("beta_ff"),
     )
     beta_sa: float | None = setting(
         None,
         help="gain on the attention branch of the blocks that have one; none: the block's own; other blocks refuse it",
         derived=lambda: gain_default("beta_sa"),
+        applies=has_gain("beta_sa"),
     )
-    beta_v: float = setting(0.2, help="shaped-vp only: initial beta_V of W = alpha_V I + beta_V dW")
-    hc_streams: int = setting(4, help="hyper-connections and mhc: the number n of residual streams", min=1)
+    beta_v: float = setting(
+        0.2, help="shaped-vp only: initial beta_V of W = alpha_V I + beta_V dW", applies=only_blocks("shaped-vp")
+    )
+    hc_streams: int = setting(
+        4,
+        help="hyper-connections and mhc: the number n of residual streams",
+        min=1,
+        applies=only_blocks("hyper-connections", "mhc"),
+    )
     hc_dynamic: bool = setting(
         True,
         help="hyper-connections and frac-connections: connections that depend on the input (dynamic); false: static ones",
+        applies=only_blocks("hyper-connections", "frac-connections"),
     )
     frac_fractions: int = setting(
-        2, help="frac-connections: the number m of fractions the d-wide state is split into; divides d_model", min=1
+        2,
+        help="frac-connections: the number m of fractions the d-wide state is split into; divides d_model",
+        min=1,
+        applies=only_blocks("frac-connections"),
     )
     attn_res_block: int = setting(
         0,
         help="attn-res: sub-layers per block of Block AttnRes; 0: every earlier sub-layer output is a source",
         unit="sub-layers",
         min=0,
+        applies=only_blocks("attn-res"),
     )
     denseformer_dilation: int = setting(
-        1, help="denseformer: each depth-weighted average reads every k-th earlier block output", min=1
+        1,
+        help="denseformer: each depth-weighted average reads every k-th earlier block output",
+        min=1,
+        applies=only_blocks("denseformer"),
     )
     denseformer_period: int = setting(
-        1, help="denseformer: a depth-weighted average after every p-th block only", unit="blocks", min=1
+        1,
+        help="denseformer: a depth-weighted average after every p-th block only",
+        unit="blocks",
+        min=1,
+        applies=only_blocks("denseformer"),
     )
     value_residual_learnable: bool = setting(
-        False, help="value-residual: the value-mixing lambdas are trained (init 0.5); false: fixed at 0.5"
+        False,
+        help="value-residual: the value-mixing lambdas are trained (init 0.5); false: fixed at 0.5",
+        applies=only_blocks("value-residual"),
     )
-    laurel_rank: int = setting(32, help="laurel: the rank r of the learned low-rank path B A", min=1)
+    laurel_rank: int = setting(
+        32, help="laurel: the rank r of the learned low-rank path B A", min=1, applies=only_blocks("laurel")
+    )
     normformer_head_scale: str = setting(
         "heads",
         help="normformer: where the per-head scales act; heads: on each head's output before W^O (the paper), output: on the d_h-wide slices of W^O's output (fairseq's code)",
         choices=("heads", "output"),
+        applies=only_blocks("normformer"),
     )
     hybridnorm_first_pre: bool = setting(
-        False, help="hybridnorm: block 0 is a Pre-LN block, QKV-norm kept (HybridNorm*); false: every block HybridNorm"
+        False,
+        help="hybridnorm: block 0 is a Pre-LN block, QKV-norm kept (HybridNorm*); false: every block HybridNorm",
+        applies=only_blocks("hybridnorm"),
     )
     positions: str = setting("learned", help="position embeddings", choices=POSITIONS)
     tie_embeddings: bool = setting(True, help="the output layer shares the input embedding's weights")
@@ -138,18 +181,38 @@ class ModelConfig:
         max_exclusive=True,
     )
     n_decoder_layers: int | None = setting(
-        None, help="translation only: decoder blocks", derived="model.n_layers", min=1
+        None,
+        help="translation only: decoder blocks",
+        derived="model.n_layers",
+        min=1,
+        applies=only_where("task", "translation"),
     )
-    n_labels: int = setting(2, help="classification only: the head's outputs (1: regression)", min=1)
+    n_labels: int = setting(
+        2,
+        help="classification only: the head's outputs (1: regression)",
+        min=1,
+        applies=only_where("task", "classification"),
+    )
     pooling: str = setting(
         "first",
         help="classification only: what the head reads, the first position (the leading end-of-document token) or the mean",
         choices=POOLINGS,
+        applies=only_where("task", "classification"),
     )
     qk_norm: bool = setting(False, help="RMSNorm on each head's queries and keys (any block built from norms)")
-    dyt_alpha: float = setting(0.5, help="norm=dyt only: the initial alpha of tanh(alpha x)", min=0, min_exclusive=True)
+    dyt_alpha: float = setting(
+        0.5,
+        help="norm=dyt only: the initial alpha of tanh(alpha x)",
+        min=0,
+        min_exclusive=True,
+        applies=only_where("norm", "dyt"),
+    )
     derf_alpha: float = setting(
-        0.5, help="norm=derf only: the initial alpha of erf(alpha x + s)", min=0, min_exclusive=True
+        0.5,
+        help="norm=derf only: the initial alpha of erf(alpha x + s)",
+        min=0,
+        min_exclusive=True,
+        applies=only_where("norm", "derf"),
     )
     attn_gate: bool | str = setting(
         False,

@@ -24,7 +24,7 @@ def load_translation_run(run_dir, device: str = "cpu", step: int | None = None):
             raise UserError(
                 f"{run_dir} is a {task} model, not a translation model (train one with --model.task translation)"
             )
-    model, tokenizer, cfg = load_run(run_dir, device, step)
+    model, tokenizer, cfg, _ = load_run(run_dir, step, device)
     if hasattr(tokenizer, "encode_special_tokens"):  # "<eod>" typed in a sentence is text, not the token
         tokenizer.encode_special_tokens = True
     return model.eval(), tokenizer, cfg

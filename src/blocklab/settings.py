@@ -49,6 +49,9 @@ class Setting:
     # The command-line option that sets it (`--peak-size`), where a command builds its options from these
     # declarations; errors name it as typed there.
     option: str | None = None
+    # Whether the setting means anything for a config, given its section's values by name (a block-only knob:
+    # `lambda c: c["block"] == "laurel"`); None: always. What a run's trackers and the report list skips the rest.
+    applies: Callable[[typing.Mapping], bool] | None = None
 
     def valid_choices(self) -> tuple | None:
         return _call(self.choices)
@@ -77,6 +80,7 @@ def setting(
     nonempty: bool = False,
     distinct: bool = False,
     option: str | None = None,
+    applies: Callable[[typing.Mapping], bool] | None = None,
     default_factory=dataclasses.MISSING,
 ):
     """A dataclass field whose metadata is everything validation and help need to know about it."""
@@ -98,6 +102,7 @@ def setting(
         nonempty,
         distinct,
         option,
+        applies,
     )
     return dataclasses.field(default=default, default_factory=default_factory, metadata={KEY: meta})
 
@@ -262,6 +267,35 @@ def validate(obj, section: str | None = None) -> None:
             raise ConfigError(
                 f"{_named(f.name, value, s, section)} is not valid; {expectation(s, kinds, optional, sequence)}"
             )
+
+
+def only_where(key: str, *values):
+    """An `applies` rule: the setting means something where its section's `key` is one of `values` only."""
+    return lambda c: c[key] in values
+
+
+def applies(cls, name: str, values: typing.Mapping) -> bool:
+    """Whether setting `name` of config class `cls` means anything in a config whose section holds `values` (its
+    fields by name: an instance's, or a config file's table). A setting without an `applies` rule always does; so
+    does one whose rule cannot be judged from `values` (an older config file without the key it reads)."""
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    rule = f.metadata[KEY].applies if f is not None and KEY in f.metadata else None
+    if rule is None:
+        return True
+    try:
+        return bool(rule(values))
+    except (KeyError, TypeError, ValueError):
+        return True
+
+
+def applicable(sections: dict[str, type], config: typing.Mapping) -> dict[str, dict]:
+    """{section: {name: value}} of `config` ({section: {name: value}}, a config file's tables) without the
+    settings that mean nothing there (`applies`): what a run's trackers record and what a report lists."""
+    return {
+        section: {k: v for k, v in values.items() if section not in sections or applies(sections[section], k, values)}
+        for section, values in config.items()
+        if isinstance(values, typing.Mapping)
+    }
 
 
 class Entry(typing.NamedTuple):

@@ -1,10 +1,19 @@
 """The presets: zoo, depth, warm-up for every block, and Xiong et al.'s SGD arm, each tuned per group."""
 
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 
 from blocklab import BLOCKS
 from blocklab.experiments import PRESETS, load_sweep
-from blocklab.experiments.warmup_presets import XIONG_ADAM_LRS, XIONG_SGD_LRS
+from blocklab.experiments.presets import PRESETS as SPECS
+
+# Xiong et al.'s rates (Adam 5e-4 and 1e-3, SGD 1e-3 and 5e-3), each grid widened by one value on both sides
+XIONG_ADAM_LRS = SPECS["xiong-warmup"]["experiments"]["adam"]["tune"]["values"]
+XIONG_SGD_LRS = SPECS["xiong-warmup"]["experiments"]["sgd"]["tune"]["values"]
+RESFORMER_FEWER = 0.1611  # ResFormer's "16.11% fewer model parameters" (Zhou et al. 2024, abstract)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -27,8 +36,9 @@ def test_zoo_holds_every_block_and_both_options_with_five_seeds(name):
     assert cfgs["qk-norm"].model.qk_norm and cfgs["qk-norm"].model.block == "pre-ln"
     n_lrs = len(s.tune_of(s.groups[0]).values)
     assert n_lrs == {"zoo": 5, "zoo-gpu": 3}[name] and len(s.runs) == 2 * n_lrs * (
-        len(BLOCKS) + 2
-    )  # 2 tuning seeds; the final seeds follow
+        len(BLOCKS) + 3
+    )  # every block and the three options (DyT, QK-norm, Canon) on 2 tuning seeds; the final seeds follow
+    assert cfgs["canon"].model.canon == "ABCD" and cfgs["canon"].model.block == "pre-ln"
     # He & Hofmann's recipe has a plateau the models leave late: no stall rule ends them
     assert all(c.train.stall_patience == 0 for c in cfgs.values())
     # one shared recipe (He & Hofmann's), nGPT and T-Fixup alone on their papers': no weight decay, no warm-up
@@ -97,7 +107,7 @@ def test_scaling_tunes_pre_ln_sas_p_and_two_successors_at_three_sizes(name):
     s = load_sweep(name)
     assert len(s.sizes) >= 3 and s.target_run == "pre-ln"
     blocks = {g.overrides["model"]["block"] for g in s.groups}
-    assert {"pre-ln", "sas-p"} <= blocks and sum(REGISTRY[b].family == "successor" for b in blocks) == 2
+    assert {"pre-ln", "sas-p", "muddformer"} <= blocks and sum(REGISTRY[b].family == "successor" for b in blocks) == 2
     widths = [r.config.model.d_model for r in s.runs if r.group.startswith("pre-ln")]
     assert sorted(set(widths)) == sorted({w["model.d_model"] for w in s.sizes})  # tuned at every size
     flops = [
@@ -113,13 +123,8 @@ def test_stream_sets_every_residual_stream_block_against_pre_ln_at_its_depth(nam
     from blocklab.blocks import REGISTRY
 
     s = load_sweep(name)
-    # Frac-Connections and MUDDFormer join the stream presets with their own tuned rates and claims (issue 44,
-    # item 5); until then they are the stream blocks named here, and none of these presets runs them.
-    pending = {"frac-connections", "muddformer"}
-    assert pending <= set(BLOCKS) and all(REGISTRY[b].family == "stream" for b in pending)
-    assert not pending & {r.config.model.block for r in s.runs}
-    stream = {b for b in BLOCKS if REGISTRY[b].family == "stream"} - pending
-    assert len(stream) == 6
+    stream = {b for b in BLOCKS if REGISTRY[b].family == "stream"}
+    assert len(stream) == 8
     for exp, meta in s.experiments.items():
         cfgs = {r.group: r.config for r in s.runs if r.experiment == exp}
         assert {c.model.block for c in cfgs.values()} == stream | {"pre-ln"}
@@ -135,7 +140,6 @@ def test_stream_puts_a_resformer_with_the_claimed_fewer_parameters_beside_pre_ln
     """ResFormer's claim (16.11% fewer parameters, the same loss) needs a ResFormer of 83.89% of Pre-LN's size at
     each depth: the MLP width of SMALL_RESFORMER_D_FF gives it to within 0.5% of the model."""
     from blocklab import build_model
-    from blocklab.experiments.stream_presets import RESFORMER_FEWER
 
     s = load_sweep(name)
     for exp, meta in s.experiments.items():
@@ -146,3 +150,67 @@ def test_stream_puts_a_resformer_with_the_claimed_fewer_parameters_beside_pre_ln
             sum(p.numel() for p in build_model(c.model).parameters()) for c in (small[0], cfgs[meta["target_run"]])
         ]
         assert sizes[0] / sizes[1] == pytest.approx(1 - RESFORMER_FEWER, abs=0.005)
+
+
+# Every preset's plan, pinned when the presets moved from Python dicts to TOML files (issue 43): a sha256 of the
+# sorted (run name, phase, experiment, resolved config) of every run it plans, and its run count. A deliberate
+# change to a preset updates it: `python -m tests.experiments.test_presets --regenerate`.
+PLANS = Path(__file__).with_name("preset_plans.json")
+
+
+def plan_digest(sweep) -> str:
+    from blocklab.training.config import to_toml
+
+    rows = sorted((r.name, r.phase, r.experiment or "", to_toml(r.config)) for r in sweep.runs)
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_plans_the_runs_it_planned_when_pinned(name):
+    pinned = json.loads(PLANS.read_text())
+    assert name in pinned, f"preset {name} has no pinned plan: regenerate {PLANS.name}"
+    s = load_sweep(name)
+    assert (plan_digest(s), s.n_runs) == (pinned[name]["runs_sha256"], pinned[name]["n_runs"])
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_dumped_preset_is_a_sweep_file_planning_the_same_runs(name, tmp_path, capsys):
+    from blocklab.cli import main
+
+    assert main(["compare", "--preset", name, "--dump"]) == 0
+    path = tmp_path / "my.toml"
+    path.write_text(capsys.readouterr().out)
+    assert plan_digest(load_sweep(str(path))) == plan_digest(load_sweep(name))
+
+
+def test_the_zoo_lists_every_block_and_stream_every_stream_block():
+    from blocklab.registry import PUBLIC_BLOCKS, REGISTRY
+
+    zoo = {r["model.block"] for r in SPECS["zoo"]["runs"]}
+    assert set(PUBLIC_BLOCKS) <= zoo, f"add {sorted(set(PUBLIC_BLOCKS) - zoo)} to presets/zoo.toml"
+    stream = {r["model.block"] for r in SPECS["stream"]["runs"]}
+    assert {b for b in PUBLIC_BLOCKS if REGISTRY[b].family == "stream"} <= stream
+
+
+def test_an_overlay_merges_tables_and_replaces_the_rest():
+    from blocklab.experiments.presets import merge
+
+    base = {"a": {"x": 1, "y": 2}, "runs": [{"n": 1}], "e": {"k": {"v": 1}}}
+    over = {"a": {"y": 3}, "runs": [{"n": 2}], "e": {"j": {"v": 2}}}
+    assert merge(base, over) == {"a": {"x": 1, "y": 3}, "runs": [{"n": 2}], "e": {"k": {"v": 1}, "j": {"v": 2}}}
+    assert merge(base, over, ("e",))["e"] == {"j": {"v": 2}}
+
+
+def _regenerate() -> None:
+    found = {}
+    for name in sorted(PRESETS):
+        s = load_sweep(name)
+        found[name] = {"runs_sha256": plan_digest(s), "n_runs": s.n_runs}
+    PLANS.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--regenerate" in sys.argv:
+        _regenerate()

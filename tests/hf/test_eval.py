@@ -5,6 +5,7 @@ rolling computation, the code tasks score, results are reused only for the same 
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -277,6 +278,28 @@ def test_the_command_writes_the_results_and_prints_a_table(clm_run, capsys):
     assert row[0] == "blocklab_val_bpb" and float(row[2]) == pytest.approx(bpb, rel=1e-5) and row[4] == "3"
     code, out_again, err = _cli(capsys, "--run", clm_run, "--tasks", "blocklab_val_bpb", "--limit", "3")
     assert code == 0 and out_again == out and "(stored earlier with the same settings)" in err
+
+
+@pytest.mark.slow
+def test_a_task_config_file_runs_with_one_progress_line_per_task_and_no_bars(clm_run, tmp_path, capsys):
+    """--tasks FILE.yaml (lm-eval's task format, as --help says): a user's own task. Each task says one line as it
+    finishes; no progress bar of the harness, datasets or transformers, no `git describe` complaint."""
+    from blocklab.hf.evaluation import evaluate
+
+    evaluate(clm_run, ["blocklab_wrong_operator"], limit=2)  # writes the shipped task's config and its data
+    shipped = clm_run / "eval" / "tasks" / "blocklab_wrong_operator.yaml"
+    mine = tmp_path / "my_task.yaml"
+    mine.write_text(shipped.read_text().replace("task: blocklab_wrong_operator", "task: my_task"))
+    code, out, err = _cli(capsys, "--run", clm_run, "--tasks", f"{mine},blocklab_val_bpb", "--limit", "2")
+    assert code == 0 and "my_task" in out and "blocklab_val_bpb" in out
+    lines = err.strip().splitlines()
+    progress = [line for line in lines if line.startswith("[")]
+    assert [line.split(" in ")[0] for line in progress] == [
+        f"[1/2] {mine}: 2 documents",
+        "[2/2] blocklab_val_bpb: 2 documents",
+    ]
+    assert all(re.fullmatch(r".* in \d+\.\d s", line) for line in progress)
+    assert "\r" not in err and "it/s" not in err and "fatal" not in err and len(lines) < 10, err
 
 
 @pytest.mark.slow

@@ -156,7 +156,8 @@ def test_tied_embeddings_stay_one_tensor(tmp_path):
     with safe_open(tmp_path / "model.safetensors", "pt") as f:
         names = set(f.keys())
     assert "model.tok.weight" in names and not any("head" in n for n in names)
-    assert loaded.get_output_embeddings() is None and loaded.config.tie_word_embeddings
+    # The output head is the token embedding itself (transformers' convention for tied weights)
+    assert loaded.get_output_embeddings() is loaded.get_input_embeddings() and loaded.config.tie_word_embeddings
     with torch.no_grad():  # the head is the embedding: changing one changes the logits
         before = loaded(input_ids=torch.tensor([[3, 4]])).logits
         loaded.get_input_embeddings().weight[5].add_(1.0)
@@ -188,3 +189,83 @@ def test_a_left_padded_batch_generates_what_each_prompt_does_alone(case):
     for row, prompt in zip(got, (short, long)):
         alone = sample(model, prompt, 4, temperature=0, stop_id=2)[0]
         assert row[-4:].tolist()[: len(alone) - prompt.shape[1]] == alone[prompt.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("task", ["clm", "mlm", "classification"])
+def test_automodel_gives_every_exports_final_normed_hidden_states(task, tmp_path):
+    from transformers import AutoModel
+
+    model = trained_like(cfg_of("pre-ln+sinusoidal+untied", task))
+    round_trip(model, tmp_path)
+    base = AutoModel.from_pretrained(tmp_path).eval()
+    assert type(base).__name__ == "BlocklabModel" and base.get_output_embeddings() is None
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        got = base(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        x, hidden = model.encode(ids, mask, True)
+    torch.testing.assert_close(got.last_hidden_state, x, rtol=1e-6, atol=1e-6)
+    assert len(got.hidden_states) == model.cfg.n_layers + 1
+    for a, b in zip(got.hidden_states, hidden):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_an_mlm_folder_loads_as_a_classifier_with_a_fresh_head_as_finetuning_starts(tmp_path):
+    mlm = trained_like(cfg_of("pre-ln", "mlm"))
+    round_trip(mlm, tmp_path / "mlm")
+    labels = {0: "neg", 1: "neu", 2: "pos"}
+    clf = AutoModelForSequenceClassification.from_pretrained(tmp_path / "mlm", num_labels=3, id2label=labels)
+    assert clf.config.model_config.task == "classification" and clf.config.model_config.n_labels == 3
+    encoder = {k: v for k, v in clf.model.state_dict().items() if not k.startswith(("pooler", "classifier"))}
+    assert encoder.keys() == mlm.state_dict().keys()  # the tied LM head is the embedding: nothing left out
+    assert all(torch.equal(v, mlm.state_dict()[k]) for k, v in encoder.items())
+    for layer in (clf.model.pooler, clf.model.classifier):  # blocklab's start: N(0, 0.02^2), zero bias
+        assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+        assert 0.01 < float(layer.weight.std()) < 0.03
+    ids, mask = padded_batch()
+    out = clf(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 2, 1]))
+    out.loss.backward()
+    assert out.logits.shape == (3, 3) and clf.model.classifier.weight.grad.abs().sum() > 0
+    clf.save_pretrained(tmp_path / "clf")  # what HF fine-tuning saves: a classifier's folder with its labels
+    again = AutoModelForSequenceClassification.from_pretrained(tmp_path / "clf")
+    assert again.config.id2label == labels and again.config.auto_map["AutoModelForSequenceClassification"]
+    with torch.no_grad():
+        torch.testing.assert_close(
+            again(input_ids=ids, attention_mask=mask).logits, clf(input_ids=ids, attention_mask=mask).logits
+        )
+
+
+def test_gradient_checkpointing_recomputes_each_block_with_the_same_loss_and_gradients(tmp_path):
+    loaded = round_trip(trained_like(cfg_of("pre-ln", "clm")), tmp_path).train()
+    ids, _ = padded_batch()
+    calls = []
+    for block in loaded.model.blocks:  # the block's first Linear: a recomputation may stop once it has what it needs
+        block.attn.q.register_forward_hook(lambda *a: calls.append(1))
+
+    def loss_and_grads():
+        loaded.zero_grad()
+        loss = loaded(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in loaded.parameters()]
+
+    want = loss_and_grads()
+    assert len(calls) == 2
+    loaded.gradient_checkpointing_enable()
+    calls.clear()
+    got = loss_and_grads()
+    assert len(calls) == 4 and loaded.is_gradient_checkpointing  # each block ran again in the backward pass
+    assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    loaded.gradient_checkpointing_disable()
+    calls.clear()
+    loss_and_grads()
+    assert len(calls) == 2 and not loaded.is_gradient_checkpointing
+
+
+def test_output_settings_of_the_config_and_of_the_call_are_followed(tmp_path):
+    loaded = round_trip(trained_like(cfg_of("pre-ln", "mlm")), tmp_path)
+    ids, _ = padded_batch()
+    with torch.no_grad():
+        assert loaded(input_ids=ids).hidden_states is None
+        loaded.config.output_hidden_states = True
+        assert len(loaded(input_ids=ids).hidden_states) == 3
+        as_tuple = loaded(input_ids=ids, return_dict=False)
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], loaded(input_ids=ids).logits)

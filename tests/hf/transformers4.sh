@@ -11,4 +11,5 @@ TARGET="$(mktemp -d)"
 trap 'rm -rf "$TARGET"' EXIT
 .venv/bin/python -m pip install -q --target "$TARGET" --no-deps "transformers==$VERSION" "huggingface_hub<1.0" "tokenizers>=0.22,<=0.23.0"
 PYTHONPATH="$TARGET" .venv/bin/python -c "import transformers; print('transformers', transformers.__version__)"
-PYTHONPATH="$TARGET" .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/hf/test_models.py tests/hf/test_export.py
+PYTHONPATH="$TARGET" .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/hf/test_models.py tests/hf/test_export.py \
+    tests/hf/test_configuration.py tests/hf/test_remote.py

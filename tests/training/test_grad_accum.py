@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from blocklab.errors import UserError
-from blocklab.training import load_config, parallel, train
+from blocklab.training import load_config, train, trainer
 from blocklab.training.trainer import Trainer
 
 REL = 1e-5  # micro-batches sum the loss and the gradients in another order: float tolerance, not equality
@@ -153,8 +153,8 @@ def test_activation_checkpointing_gives_the_same_losses(tmp_path, overrides, lab
     """Recomputing each block in the backward pass changes nothing on the CPU in fp32: exact equality,
     dropout included (a Pre-LN model with dropout 0.1: the recomputation replays the random state)."""
     applied = []
-    real = parallel.checkpoint_activations
-    monkeypatch.setattr(parallel, "checkpoint_activations", lambda m: applied.append(m) or real(m))
+    real = trainer.checkpoint_activations
+    monkeypatch.setattr(trainer, "checkpoint_activations", lambda m: applied.append(m) or real(m))
     runs = {}
     for ac in (False, True):
         over = run_overrides(task, overrides, labelled, pairs, activation_checkpointing=ac, grad_accum=2)

@@ -1,8 +1,11 @@
-"""train.trackers: MLflow read back with its own client and W&B's offline files read back, against
-metrics.jsonl, the config and summary.json; a resume goes on in the same runs; a sweep groups its runs and
-logs its report; a missing package or an unknown tracker is one line."""
+"""train.trackers: MLflow read back with its own client (its default store, no environment variable), W&B's
+offline files and TensorBoard's event files read back, against metrics.jsonl (one metric naming everywhere), the
+settings that apply to the run and summary.json; a resume goes on in the same runs; a sweep groups its runs and
+logs its report; a missing package or an unknown tracker is one line, and a run that cannot start its tracker
+leaves nothing that blocks the same command again."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -12,8 +15,9 @@ import pytest
 
 from blocklab.cli import main
 from blocklab.errors import ConfigError
-from blocklab.settings import show
-from blocklab.training.config import TrainConfig, load_config, parse_overrides, to_toml
+from blocklab.settings import applicable, show
+from blocklab.training.config import SECTIONS, TrainConfig, load_config, parse_overrides, to_toml
+from blocklab.training.trackers import RUN_ARTIFACTS, default_store
 
 
 def train_args(out, corpus_dir, *extra) -> list[str]:
@@ -39,15 +43,17 @@ def history(run: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def flat_config(run: Path) -> dict:
-    cfg = load_config(run / "config.toml").to_dict()
+    """The run's settings that apply to it (no block-only knob of another block), as the trackers record them."""
+    cfg = applicable(SECTIONS, load_config(run / "config.toml").to_dict())
     return {f"{s}.{k}": v for s, values in cfg.items() for k, v in values.items()}
 
 
 @pytest.fixture
 def mlflow_client(monkeypatch):
+    """MLflow's own client, with no MLflow setting in the environment (MLflow 3's file store would need one)."""
     pytest.importorskip("mlflow")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3's switch for the file store
+    for var in [v for v in os.environ if v.startswith("MLFLOW_")]:
+        monkeypatch.delenv(var)
     from mlflow.tracking import MlflowClient
 
     return lambda uri: MlflowClient(tracking_uri=uri)
@@ -116,10 +122,11 @@ def test_mlflow_reads_back_the_metrics_of_metrics_jsonl_with_the_config_and_summ
     tmp_path, corpus_dir, mlflow_client, capsys
 ):
     run = tmp_path / "run"
-    assert main(train_args(run, corpus_dir, "--train.steps", "10", "--train.trackers", '["tensorboard","mlflow"]')) == 0
+    args = ["--train.steps", "10", "--train.trackers", '["tensorboard","mlflow"]', "--model.block", "sas-p"]
+    assert main(train_args(run, corpus_dir, *args)) == 0
     assert list((run / "tb").glob("events.out.tfevents.*"))  # TensorBoard still on, beside MLflow
     state = json.loads((run / "trackers.json").read_text())["mlflow"]
-    assert state["tracking_uri"] == (run / "mlruns").resolve().as_uri()  # the default store: in the run
+    assert state["tracking_uri"] == default_store(run) == f"sqlite:///{run / 'mlflow.db'}"  # in the run
     client = mlflow_client(state["tracking_uri"])
     (found,) = client.search_runs([client.get_experiment_by_name("run").experiment_id])
     assert found.info.run_id == state["run_id"] and found.info.status == "FINISHED"
@@ -128,14 +135,58 @@ def test_mlflow_reads_back_the_metrics_of_metrics_jsonl_with_the_config_and_summ
     assert {"loss", "lr", "tokens_per_s", "eval_loss"} <= set(expected)
     for key, points in expected.items():
         assert [(m.step, m.value) for m in client.get_metric_history(state["run_id"], key)] == points, key
-    assert found.data.params == {k: show(v) for k, v in flat_config(run).items()}
-    assert found.data.params["train.trackers"] == '["tensorboard", "mlflow"]'
+    params = found.data.params
+    assert params == {k: show(v) for k, v in flat_config(run).items()}
+    assert params["train.trackers"] == '["tensorboard", "mlflow"]' and params["model.beta_ff"] == "None"
+    assert not {"model.hc_streams", "model.laurel_rank", "model.n_labels", "train.momentum"} & set(params)
     summary = json.loads((run / "summary.json").read_text())
     assert found.data.metrics["summary/final_loss"] == summary["final_loss"]
     assert found.data.metrics["summary/n_params"] == summary["n_params"]
     assert found.data.tags["summary.status"] == "completed" and found.data.tags["summary.block"] == summary["block"]
-    assert {a.path for a in client.list_artifacts(state["run_id"])} == {"config.toml", "summary.json"}
+    assert {a.path for a in client.list_artifacts(state["run_id"])} == set(RUN_ARTIFACTS)  # the README's list
+    stored = run / "mlartifacts" / state["run_id"] / "artifacts" / "metrics.jsonl"  # beside the store
+    assert stored.read_bytes() == (run / "metrics.jsonl").read_bytes()
     assert "mlflow" not in capsys.readouterr().err.lower()  # MLflow says nothing on the run's stderr
+
+
+@pytest.mark.slow
+def test_mlflows_client_and_cli_read_the_run_from_their_default_store_with_no_setting(
+    tmp_path, corpus_dir, mlflow_client
+):
+    """Must hold: MLflow's client, in a fresh process in the run's folder with no MLFLOW_* variable (its default
+    store is sqlite:///mlflow.db there), reads the run's metrics; so does its command line."""
+    run = tmp_path / "run"
+    assert main(train_args(run, corpus_dir, "--train.steps", "4", "--train.trackers", "mlflow")) == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    code = (
+        "import json; from mlflow.tracking import MlflowClient; c = MlflowClient(); "
+        "(r,) = c.search_runs([c.get_experiment_by_name('run').experiment_id]); "
+        "print(json.dumps([(m.step, m.value) for m in c.get_metric_history(r.info.run_id, 'loss')]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=run, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [tuple(p) for p in json.loads(done.stdout.strip().splitlines()[-1])] == history(run)["loss"]
+    mlflow_cli = Path(sys.executable).parent / "mlflow"
+    if mlflow_cli.exists():  # the command line, as a user types it in the run's folder
+        done = subprocess.run(
+            [str(mlflow_cli), "experiments", "search"], cwd=run, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0 and " run " in f" {done.stdout} ", done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_tensorboard_tags_are_the_metrics_jsonl_names(tmp_path, corpus_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    assert main(train_args(run, corpus_dir, "--train.steps", "6")) == 0
+    events = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0}).Reload()
+    expected = history(run)
+    assert set(events.Tags()["scalars"]) == set(expected)  # `loss`, as MLflow and W&B have it: no `train/loss`
+    for key, points in expected.items():
+        got = [(e.step, e.value) for e in events.Scalars(key)]
+        assert [s for s, _ in got] == [s for s, _ in points]
+        assert [v for _, v in got] == pytest.approx([v for _, v in points], rel=1e-6)  # TensorBoard keeps float32
 
 
 @pytest.mark.slow
@@ -152,7 +203,7 @@ def test_wandb_offline_files_hold_the_metrics_config_and_summary(tmp_path, corpu
     assert {k: got["summary"][k] for k in ("status", "final_loss", "tokens_per_s", "n_params")} == {
         k: summary[k] for k in ("status", "final_loss", "tokens_per_s", "n_params")
     }  # the summary's steady-state tokens/s, not the last row's: the summary is logged last
-    assert sorted(got["artifacts"]) == ["config.toml", "summary.json"]
+    assert sorted(got["artifacts"]) == sorted(RUN_ARTIFACTS)
 
 
 @pytest.mark.slow
@@ -190,7 +241,7 @@ def test_a_sweep_groups_its_runs_in_one_experiment_and_logs_its_report(
     (tmp_path / "sweep.toml").write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     assert main(["compare", str(tmp_path / "sweep.toml"), "--out", str(out), "--no-progress", "--jobs", "1"]) == 0
-    uri = (out / "mlruns").resolve().as_uri()  # the sweep's one store, written into each run's config
+    uri = default_store(out)  # the sweep's one store, written into each run's config
     assert {load_config(p / "config.toml").train.mlflow_uri for p in (out / "runs").iterdir()} == {uri}
     client = mlflow_client(uri)
     found = client.search_runs([client.get_experiment_by_name("tracked").experiment_id])
@@ -210,6 +261,40 @@ def test_a_missing_package_is_one_line_naming_the_extra(tmp_path, corpus_dir, mo
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"pip install 'blocklab[{name}]'" in line and "train.trackers" in line
     assert not run.exists()  # said before anything was prepared or trained
+
+
+@pytest.mark.parametrize("package", ["sqlalchemy", "alembic"])
+def test_a_database_stores_missing_package_is_one_line_naming_it(tmp_path, corpus_dir, monkeypatch, capsys, package):
+    """mlflow-skinny alone cannot open MLflow's database stores (the default one included): the line names the
+    package and the extra that brings it, before the run folder is made."""
+    pytest.importorskip("mlflow")
+    monkeypatch.setitem(sys.modules, package, None)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = tmp_path / "run"
+    assert main(train_args(run, corpus_dir, "--train.steps", "2", "--train.trackers", "mlflow")) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"needs the {package} package: pip install 'blocklab[mlflow]'" in line and "sqlite" in line
+    assert not run.exists()
+
+
+@pytest.mark.slow
+def test_a_run_whose_tracker_cannot_start_leaves_nothing_and_the_same_command_runs_again(
+    tmp_path, corpus_dir, mlflow_client, capsys
+):
+    run, store = tmp_path / "run", tmp_path / "stores" / "mlflow.db"
+    (tmp_path / "stores").write_text("a file where the store's folder should be")
+    args = train_args(run, corpus_dir, "--train.steps", "3", "--train.trackers", "mlflow")
+    args += ["--train.mlflow_uri", f"sqlite:///{store}"]
+    assert main(args) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after the run's own lines (data, attention path)
+    assert line.startswith(f"blocklab train: error: MLflow at sqlite:///{store}:")
+    assert not run.exists()  # no config.toml, tokenizer.json or half a store to refuse the next try
+    (existing := tmp_path / "empty").mkdir()  # a folder the user made: kept, and empty as it was
+    assert main([*train_args(existing, corpus_dir, *args[len(train_args(run, corpus_dir)) :])]) == 2
+    assert existing.is_dir() and not list(existing.iterdir())
+    (tmp_path / "stores").unlink()
+    assert main(args) == 0  # the same command, once the store can be made
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
 
 
 def test_an_unknown_tracker_is_a_config_error_naming_the_choices(capsys, tmp_path):

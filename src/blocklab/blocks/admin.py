@@ -1,57 +1,17 @@
 """Admin, adaptive model initialisation (Liu et al. 2020, "Understanding the Difficulty of Training Transformers",
-EMNLP 2020, arXiv 2004.08249; official code LiyuanLucasLiu/Transformer-Clinic).
-
-A Post-LN block whose skip on every sub-layer k is rescaled by a learnable vector omega_k:
+EMNLP 2020, arXiv 2004.08249): a Post-LN block whose skip on every sub-layer k is rescaled by a learnable d-vector
+omega_k, set by one profiling pass at initialisation:
 
     x <- LN(omega_k * x + F_k(x))       for F_k = self-attention, [cross-attention,] MLP
-
-omega is set by one profiling pass at initialisation so that the block starts with Pre-LN's light dependency on
-its residual branches (the paper's amplification argument) and is free to move to Post-LN's heavier one later. The
-paper writes omega_i = sqrt(sum_{j<i} Var[f_j(x_{j-1})]); the official code computes it as the running ratio
-
     omega_1 = 1;    omega_{k+1} = sqrt(Var(omega_k * x_k) + Var(F_k(x_k)))
 
-over the sub-layers k of one stack in the order the forward pass meets them, x_k the input of sub-layer k (the
-embedding for k = 1, a LN output after it, whose variance is about 1, so that omega_{k+1}^2 is the embedding's
-variance plus the sum of the branch variances so far, the paper's formula). SPEC 2c's row says the same. What
-the paper leaves open, as the official code settles it (fairseq/fairseq/modules/transformer_layer.py of
-Transformer-Clinic, the `adaptive-profiling` branches of TransformerEncoderLayer.forward and
-TransformerDecoderLayer.forward):
+over the sub-layers k of one stack in the order the forward pass meets them (the encoder and the decoder each from
+1), x_k the input of sub-layer k, each variance one number over the whole batch. The pass is a training-mode
+forward at the end of `build_model` (the `after_init` hook) on a pseudo-random batch seeded from the run's seed; it
+leaves every other parameter, and torch's global generator, as they were.
 
-- The variance is one number over every element of the batch, all positions and channels together, the
-  population variance (`np.var(x.view(-1))`), of omega_k * x_k and of the branch output after its dropout.
-- omega is a d-vector per sub-layer (`nn.Parameter(torch.ones(embed_dim))`), every channel set to the same
-  profiled value (`fill_`), then trained like any gain (no weight decay here: it is 1-D).
-- Each omega is set as the pass reaches its sub-layer and used at once: later sub-layers see the omegas
-  already set (the code fills `attention_ratio_change` before computing `x0 = x + residual * omega`).
-- The encoder and the decoder keep separate running ratios (`encoder_ratio`, `decoder_ratio`), each from 1.
-  In the decoder the chain runs through the self-attention, the cross-attention and the MLP of each block in
-  turn, three omegas per block. The decoder's pass reads the encoder output of the same pass.
-- The pass is a training-mode forward (the code's profiling condition includes `self.training`): dropout on the
-  branches and on the translation model's embeddings is on, as in training.
-
-Where blocklab differs, and why: the official code profiles on the first batch of the training data in a
-separate run and writes the omegas to a file that the real runs (every seed) read. Here the pass runs once,
-inside `build_model`, on every model with its own weights, on a fixed pseudo-random batch: token ids uniform over
-the vocabulary, `max(1, 1024 // max_seq_len)` sequences of `max_seq_len` tokens (source and target alike for
-translation), no padding. Its generator, and the one its dropout draws from, are seeded with
-`torch.initial_seed() + 0x41444D494E` ("ADMIN"): the trainer seeds torch with the run's seed just before
-`build_model`, so the batch is the run's own and reproducible, while the weights, drawn from torch's global
-generator before the pass, are untouched and the global generator's state afterwards is what it was before the
-pass (torch.random.fork_rng); the model's other parameters equal Post-LN's built from the same seed. The omegas
-are parameters: a checkpoint holds them, and `load_state_dict` after `build_model` replaces the profiled values
-(nothing profiles again after the build). Built on the meta device (parameter counts), no pass runs. The norms
-are the config's (the paper's LayerNorm is norm="layernorm"), as for Post-LN and DeepNorm; no final norm.
-
-The formula follows the embedding's scale: under init="xavier" (fairseq's init, the paper's runs) the embedding
-has variance about 1 and omega grows from about 1 with depth; under init="normal" (std 0.02, no sqrt(d) factor)
-its variance is about 8e-4, so omega_2 and every later omega start near 0.03 and an Adam step of lr 1e-2 moves
-them by a third.
-
-Not taken: the later closed-form re-implementation (microsoft/admin-torch, omega = sqrt((N+1)/log(N+1) - 1)
-without profiling), which SPEC's row does not name. No recipe: the official IWSLT'14 and WMT'14 settings
-(nmt-experiments/*.md: RAdam, inverse square-root warm-up of 6000 updates on IWSLT'14 and 8000 on WMT'14, weight
-decay 1e-4 and 0) are its Post-LN baseline's too, word for word.
+The paper, the official code read (LiyuanLucasLiu/Transformer-Clinic) and what it settled, where blocklab differs
+and why: docs/blocks.md#admin.
 """
 
 from __future__ import annotations
@@ -143,7 +103,7 @@ class AdminProfiling(ModelHooks):
 @torch.no_grad()
 def profile_omegas(model: nn.Module, seed: int | None = None) -> None:
     """Set every omega of `model` (a token model: `blocks`, and `decoder_blocks` for translation) by one training-
-    mode forward pass over the profiling batch (the module docstring); no gradient, no other parameter changed.
+    mode forward pass over the profiling batch (`profiling_ids`); no gradient, no other parameter changed.
 
     `seed` defaults to `profiling_seed()`. The encoder (or the decoder-only stack) runs `model.encode` on the batch;
     the translation decoder then runs `model.decode` on a second batch drawn next, over that encoder output."""

@@ -1,8 +1,8 @@
 """DeepNorm (Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers, arXiv 2203.00555).
 
 A Post-LN block whose skip is up-weighted by a constant alpha and whose value, output-projection and
-MLP weights start Xavier-normal at gain beta (query and key at gain 1), so that the model update of
-an early step stays bounded whatever the depth (the paper's Theorem 4.1 and its Fig. 3):
+MLP weights start Xavier-normal at gain beta (query and key at gain 1), whatever the config's `init`, so
+that the model update of an early step stays bounded whatever the depth (the paper's Theorem 4.1):
 
     x <- LN(alpha x + F(x))            for F = self-attention, [cross-attention,] MLP
 
@@ -12,13 +12,8 @@ Constants (paper, Table 1; `N` encoder blocks, `M` decoder blocks):
     encoder-decoder, encoder:       alpha = 0.81 (N^4 M)^(1/16),      beta = 0.87 (N^4 M)^(-1/16)
     encoder-decoder, decoder:       alpha = (3M)^(1/4),              beta = (12M)^(-1/4)
 
-Choices written down: the init is the paper's pseudo-code (`xavier_normal_(w, gain=beta)`), whatever
-`init` the config names, because DeepNorm's guarantee rests on it; torchscale instead divides its
-Xavier-uniform init (gain 1/sqrt(2) on the value projection) by the same factor, and its
-encoder-decoder encoder uses `1.15 (N^4 M)^(-1/16)` for beta where the paper says 0.87: blocklab
-follows the paper. In the decoder, both attentions' value and output projections get beta (the
-paper's pseudo-code scales every `v_proj` and `out_proj`). The embeddings keep the config's init; no
-final norm, as Post-LN.
+Where the official code (torchscale) differs from the paper, which blocklab follows, and the other choices:
+docs/blocks.md#deepnorm.
 """
 
 from __future__ import annotations

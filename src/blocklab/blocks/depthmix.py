@@ -85,36 +85,18 @@ class AttnRes(nn.Module):
     """h_k = sum_{i<k} softmax_i(w_k^T RMSNorm(v_i)) v_i; v_k = F_k(Norm(h_k)), v_0 the embedding (Kimi Team 2026, eqs. 2-6).
 
     Sub-layer k = 1..2L (block l's attention 2l + 1, its MLP 2l + 2) reads h_k, a softmax mix of its
-    sources with its own pseudo-query w_k (DepthAttention), and adds v_k = F_k(Norm(h_k)), pre-normed as
-    the official pseudocode's `self.attn(self.attn_norm(h))`. `attn_res_block` = S > 0 is Block AttnRes
-    (eqs. 5-6): outputs are summed within blocks of S sub-layers, and the sources are the embedding b_0, the
-    completed blocks' sums b_1 .. b_{n-1} and the open block's partial sum (none on a block's first
-    sub-layer). S = 0 (the default) is Full AttnRes, every output its own source, the same as S = 1.
+    sources with its own pseudo-query w_k (DepthAttention), and adds v_k = F_k(Norm(h_k)). `attn_res_block` =
+    S > 0 is Block AttnRes (eqs. 5-6): outputs are summed within blocks of S sub-layers, and the sources are the
+    embedding b_0, the completed blocks' sums and the open block's partial sum (none on a block's first
+    sub-layer). S = 0 (the default) is Full AttnRes, every output its own source, the same as S = 1. Sub-layer 1
+    reads the embedding alone, and the final norm reads one more mix over every source.
 
-    What the official repository (MoonshotAI/Attention-Residuals: its README's pseudocode, the paper's Figure 2,
-    the only code published) and the paper (Sec. 3.2) settle:
-    - The first layer's sources. Sec. 3.2: "the input of the very first layer of the network is the token
-      embeddings, i.e. b_0 = h_1", and eq. 1's weights over v_0 .. v_{l-1} each once: sub-layer 1 reads the
-      embedding alone (the paper's w_1 is not built: a softmax over one source is 1 whatever w_1), and b_0 is
-      one source of every later mix. The pseudocode leaves the call before layer 0 open; reading it as
-      `blocks = [embedding]` with `hidden_states = embedding` would append the embedding a second time at the
-      first boundary, b_0 counted twice in every later mix, which eq. 1 excludes. Its boundaries: a block
-      starts at sub-layer k when (k - 1) % S == 0 (`layer_number % (block_size // 2) == 0`, layer_number from 0,
-      before the attention).
-    - The final aggregation. Sec. 3.2: "The final output layer aggregates all N block representations": one
-      more mix, h_{2L+1} over every source after the last sub-layer, with its own pseudo-query and key norm, as
-      if the final norm were sub-layer 2L + 1; b_0 among its sources, as "the token embedding is always
-      included as a source" (Sec. 3.2) and the pseudocode's `blocks` always hold it.
-    So block l owns the mixes that read its outputs, w_{2l+2} before its MLP and w_{2l+3} after it (the next
+    Block l owns the mixes that read its outputs, w_{2l+2} before its MLP and w_{2l+3} after it (the next
     block's input, or the final hidden state): every parameter is used inside its own block's forward (FSDP
-    shards per block), and the hidden state after block l is what block l + 1 reads, as in Pre-LN. No choice
-    of this package's own is in the default; an odd S (a boundary between an attention and its MLP, which the
-    pseudocode's layer-level `block_size // 2` cannot express) is one, reached only by asking for it.
+    shards per block). At init every mix is the mean of its sources, so the model starts as Pre-LN up to the
+    norms' epsilon (not under norm="dyt" or "derf", which are not scale-free).
 
-    At init every mix is the mean of its n sources, which partition the outputs so far: Pre-LN's stream
-    divided by n. The pre-norms and the final norm (RMSNorm, LayerNorm) undo the scale, so the model starts
-    as Pre-LN up to the norms' epsilon, whatever S (not under norm="dyt" or "derf", which are not scale-free); the
-    pseudo-queries move it away from there.
+    What the paper and the official pseudocode (MoonshotAI/Attention-Residuals) settle: docs/blocks.md#attn-res.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):

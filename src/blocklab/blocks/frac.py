@@ -2,13 +2,9 @@
 2503.14125): Hyper-Connections with an expansion rate 1/m, the d-wide hidden state split into m fractions of
 d / m that play the streams' part, so the state between blocks stays d wide.
 
-No official code is published; the paper gives its own PyTorch pseudocode (Appendix A, Algorithms 2 and 3),
-which this port follows. The most used implementation, lucidrains' `hyper-connections` (`num_fracs`), differs
-from it (hyper_connections.py at 47751035, run at m = 2 with one stream): its static alpha lays the m input
-columns out where its einsum reads them interleaved with the residual ones, so at init every fraction of the
-sub-layer's input is the state's first fraction; and its beta is a static m-vector broadcast over the branch
-output's fractions, so each fraction of the new state adds the sum of all the output's fractions. Neither is
-the paper's Eq. 15 start, at which the block is Pre-LN.
+No official code is published: this port follows the paper's own PyTorch pseudocode (Appendix A, Algorithms 2
+and 3), whose start is Pre-LN, and not lucidrains' `hyper-connections`, whose start is not
+(docs/blocks.md#frac-connections).
 """
 
 from __future__ import annotations
@@ -51,19 +47,13 @@ class FracConnection(DynamicConnections):
 class FracConnections(ClassicBlock):
     """H <- B^T F(Norm(Y^T H)) + A^T H per sub-layer F, the d-wide state in m fractions (Zhu et al. 2025, eq. 8).
 
-    m = `frac_fractions` (the paper's ablations use 2 and 4); static or dynamic as Hyper-Connections
-    (`hc_dynamic`). Each sub-layer F_k(h) = Dropout(Sub-layer(Norm(h))) is Pre-LN's, with its own connections
-    (Algorithm 3: `atten_frac_connection`, `ffn_frac_connection`); the state between blocks is the d-vector
-    whose fractions H holds (Algorithm 1 reshapes it at each connection), and the final norm reads it (line 8).
-    At init (eq. 15) every connection is the identity with B = 1, so the block is Pre-LN exactly; m = 1 is
-    Hyper-Connections with one stream, Pre-LN too.
+    m = `frac_fractions`; static or dynamic as Hyper-Connections (`hc_dynamic`). Each sub-layer
+    F_k(h) = Dropout(Sub-layer(Norm(h))) is Pre-LN's, with its own connections; the state between blocks is the
+    d-vector whose fractions H holds, and the final norm reads it. At init (eq. 15) every connection is the
+    identity with B = 1, so the block is Pre-LN exactly; m = 1 is Hyper-Connections with one stream, Pre-LN too.
 
-    What the paper's pseudocode settles: Y, A and the dynamic W get their rows from the fractions of H one by
-    one, each through the norm of its own width d / m; the static parts get no weight decay, the dynamic W do
-    (Sec. 4.3; here by the package's rule, the static parts being stored flat). Choices written down: the
-    dynamic norm is the config's kind (the pseudocode's LayerNorm: `norm="layernorm"`); the pseudocode's bf16
-    cast of the mixed fractions is the training precision's business here (the mixing runs in the state's own
-    dtype, float32 under autocast). No recipe: the paper trains with its OLMo2 / OLMoE baselines' settings.
+    The paper's pseudocode this follows, where the most used implementation differs, and the choices:
+    docs/blocks.md#frac-connections.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):

@@ -203,28 +203,13 @@ class ManifoldHyperConnection(nn.Module):
 
     [H~_pre, H~_post, H~_res] = a * (RMSNorm(vec x) phi) + b, one gating factor a per mapping (a = 0.01 at
     init); H_pre = sigmoid(H~_pre) + eps, H_post = 2 sigmoid(H~_post), H_res = SinkhornKnopp(H~_res), all per
-    token. x (..., n, d) is one stream a row; vec x its n d entries, stream after stream (the official kernels'
-    `residual.flatten`). The RMSNorm has no gain of its own: a gain is folded into phi (TileKernels `mhc_pre`,
-    whose `norm_weight` is merged into `fn`). The mappings are computed in float32 at least, as there
-    (`mhc_pre_norm_fn_ref` asserts float32 inputs), in float64 for a float64 model.
+    token. x (..., n, d) is one stream a row; vec x its n d entries, stream after stream. The RMSNorm has no gain
+    of its own (a gain is folded into phi); the mappings are computed in float32 at least (float64 for a float64
+    model). H_res is applied as DeepSeek's reference applies it, x <- H_res^T x: each new stream a convex
+    combination of the old ones. phi = 0 and the biases of `start_biases` start the connection as near Pre-LN as
+    the constraint allows: the forward pass is Pre-LN's at init, to 1e-6, whatever the sub-layers' weights.
 
-    What DeepSeek's reference settles (TileKernels `torch/mhc.py`), which the paper's x <- H_res x leaves open:
-    - The orientation of H_res. Its logits are laid out [m, n] (`comb_res_mix`, the last n^2 outputs of phi
-      viewed (n, n)), and the post step is `einsum('abmn,abmc->abnc', comb, residual)`: new stream n is
-      sum_m H_res[m, n] x_m, so x <- H_res^T x here. Sinkhorn-Knopp ends on the columns, so each column, the
-      weights of one new stream, sums to 1 (to eps): every new stream is a convex combination of the old ones,
-      the rows summing to 1 only to Sinkhorn's residue.
-    - eps: 1e-6 added to H_pre after its sigmoid and inside Sinkhorn-Knopp (PRE_EPS, SINKHORN_EPS). The RMSNorm's
-      eps is the config's `norm_eps` (the reference's default is 1e-6; norm_eps=1e-6 gives it).
-    - 20 Sinkhorn rounds, the paper's t_max (the reference's kernels default to 10).
-
-    Start (the paper gives a = 0.01 only; the biases are this package's choice): as close to Pre-LN
-    as the constraint allows. b_post = 0 gives H_post = 2 sigmoid(0) = 1 = HC's B exactly. HC's A_m =
-    e_(k mod n) and A_r = I are out of reach (sigmoid and exp are never 0, and Sinkhorn-Knopp stalls near I):
-    `start_biases` puts H_pre and H_res as near them as 20 Sinkhorn rounds allow, keeping the home stream
-    k mod n that breaks the streams' symmetry, as A_m does in HC. phi = 0 (as HC's W = 0), so the mappings
-    start there for every token. As H_pre sums to 1 (+ n eps), H_res is doubly stochastic (to eps) and the
-    streams start equal, the forward pass is Pre-LN's at init, to 1e-6, whatever the weights of the sub-layers.
+    What the reference (TileKernels `torch/mhc.py`) settles, and why the start is where it is: docs/blocks.md#mhc.
     """
 
     def __init__(self, cfg: ModelConfig, k: int):

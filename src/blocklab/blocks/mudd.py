@@ -84,18 +84,11 @@ class MUDDFormer(ClassicBlock):
     Block i (from 1) reads its four input streams, the dense sums of the outputs X_0 .. X_{i-1} made after
     block i - 1, its attention taking queries, keys and values from the first three (each through a norm of
     its own) and adding its output to the fourth, X^R (eq. 7); then the MLP as Pre-LN's. Its DynamicDense makes
-    the next block's streams from X_i; the last block makes one stream only, the model's output (the code's
-    `dynamic_dense_fix_last_layer`; MUDDFormer(X) = X^R_L, eq. 8), which the final norm reads. The first block
-    reads the embedding as all four streams, through one norm, as the released PyTorch model's layer 0
-    (`attention_norm`; later layers `attention_norms`, one per stream, `sepln`). At init every stream is the
-    newest output, so the model is Pre-LN with the same weights (the norms are unit-gain at init, and equal).
+    the next block's streams from X_i; the last block makes one stream only, the model's output (eq. 8), which
+    the final norm reads. The first block reads the embedding as all four streams, through one norm. At init
+    every stream is the newest output, so the model is Pre-LN with the same weights.
 
-    Not taken from the official code, which trains a LLaMA-style model around the connections: the MLP width
-    growing with depth (`dynamic_mlp_dim`, `scale_with_layer`), RoPE, SwiGLU; the DA hidden width's rounding up
-    to a multiple of 64 (`round64`, an accelerator's tile; at this package's widths it would be wider than the
-    model); the JAX example's `mudd_prenorm` / `mudd_postnorm` variant, which the released checkpoints' PyTorch
-    code has not. The norms are the config's kind (RMSNorm there). No recipe: the paper trains MUDDFormer with
-    its baselines' settings.
+    What the official code (Caiyun-AI/MUDDFormer) settles, and what of it is not taken: docs/blocks.md#muddformer.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):

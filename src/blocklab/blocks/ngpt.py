@@ -6,25 +6,12 @@ towards each sub-layer's (normalised) output by a learned per-dimension step (eq
 
 Norm is L2 normalisation. Attention: q = s_qk Norm(q_h), k = s_qk Norm(k_h) per head, softmax scale
 sqrt(d_h) (eq. 15-16). MLP: SwiGLU with u = s_u (W_u h), v = s_v sqrt(d) (W_v h) (eq. 20-21). The token
-model adds a logit scale s_z per vocabulary entry and re-normalises its embeddings through the block's
-hooks (`SphereHooks` below, blocks/hooks.py).
+model adds a logit scale s_z per vocabulary entry and puts its matrices back on the sphere after every optimizer
+step through the block's hooks (`SphereHooks` below, blocks/hooks.py). The scalings are stored as the authors'
+code stores them (layers.Scale): alpha_A, alpha_M at 0.05, s_qk, s_u, s_v, s_z at 1, as used.
 
-Stored scalings, as in the authors' code (NVIDIA/ngpt, model.py): a trainable vector is kept at
-`init_scaling` and multiplied by `init_value / init_scaling` when used, so that Adam's step on it has
-the size the paper intends (their Sec. 2.5): alpha_A, alpha_M: value 0.05, scaling 1/sqrt(d); s_qk:
-1, 1/sqrt(d); s_u, s_v: 1, 1; s_z: 1, 1/sqrt(d). |alpha| is used, as the code does.
-
-Choices written down: the matrices are re-normalised along the model dimension after init and after
-every optimizer step (W_q, W_k, W_v, W_u, W_v of the MLP and the embeddings by rows; the two output
-projections by columns), as the code's `normalize_matrices`. blocklab has no RoPE: the harness's
-learned (or sinusoidal) positions are added to the unit token embedding and the first block's Norm(h)
-puts the sum on the sphere (nGPT applies RoPE to q and k instead). The MLP's hidden width is d_ff for
-each of u and v (the code's 4d each), so the block has d*d_ff more weights than Pre-LN at the same d_ff.
-The sqrt(d) multiplies v only, as the paper's eq. 21 (the code multiplies u too, a constant the Norm
-after the MLP removes). The head is tied to the embedding when the config says so (nGPT unties it:
-`tie_embeddings=false` for the paper's). No weight decay and no warm-up are the paper's recipe (Sec. 2.6,
-"Summary of modifications", drops both from the optimisation): the block's `recipe` below, applied to
-whichever of the two a run leaves unset.
+The official code read (NVIDIA/ngpt) and what it settled, blocklab's choices (no RoPE, the MLP's width) and the
+recipe (no weight decay, no warm-up): docs/blocks.md#ngpt.
 """
 
 from __future__ import annotations

@@ -27,24 +27,15 @@ class NormFormer(ClassicBlock):
     """u = x + Norm(HeadScaleMHA(Norm(x))); y = u + W2 Norm(act(W1 Norm(u))) (Shleifer et al. 2021, Sec. 2).
 
     Pre-LN plus three operations: a norm on the attention's output before the residual sum (`post_attn_norm`,
-    fairseq's `attn_ln`, `--scale-attn`), a trainable scale gamma_h per head on the heads' outputs,
-    HeadScaleMHA(Q, K, V) = Concat(gamma_1 h_1, ..., gamma_H h_H) W^O with gamma = 1 at init (`--scale-heads`),
-    and a norm of width d_ff on the MLP's activation before W2 (`mlp.mid_norm`, fairseq's `ffn_layernorm`,
-    `--scale-fc`). The norms are the config's kind (the paper's LayerNorm: `norm="layernorm"`), and a final norm
-    follows the last block (fairseq's pre-norm decoder's `layer_norm`).
+    fairseq's `attn_ln`), a trainable scale gamma_h per head on the heads' outputs,
+    HeadScaleMHA(Q, K, V) = Concat(gamma_1 h_1, ..., gamma_H h_H) W^O with gamma = 1 at init, and a norm of width
+    d_ff on the MLP's activation before W2 (`mlp.mid_norm`, fairseq's `ffn_layernorm`). The norms are the
+    config's kind; a final norm follows the last block. `normformer_head_scale="heads"` (the default) puts the
+    scales on each head before W^O, as the paper's equation; "output" on the d_h-wide slices of W^O's output, as
+    fairseq runs it (`output_scale`); the two are one function at init. With `canon`, the Canon layers sit as in
+    Pre-LN.
 
-    What the official code settles, and where it differs from the paper:
-    - Order inside the attention sub-layer: head scales, then the norm, then dropout, then the residual sum
-      (fairseq `TransformerDecoderLayerBase.forward`: `c_attn`, `attn_ln`, `dropout_module`); inside the MLP:
-      activation, its dropout, the norm, W2.
-    - Where the head scales act. fairseq multiplies `c_attn` into the attention sub-layer's output after its
-      out_proj, viewed as (heads, d_h): a scale per d_h-wide slice of W^O's output, not per head before W^O as
-      the paper's equation writes it. `normformer_head_scale="heads"` (the default) is the paper's;
-      `"output"` is the code's (`output_scale`). The two are the same function at init (every scale 1).
-    - `--scale-resids` (a trainable d-vector on the MLP's residual, which the README suggests for small models)
-      is not one of the three operations and is not built.
-    No recipe: the paper trains NormFormer with its baselines' GPT-3 settings and a higher learning rate, which
-    is the tuned setting here. With `canon`, the Canon layers sit as in Pre-LN.
+    What fairseq's code settles, where it differs from the paper, and what is not built: docs/blocks.md#normformer.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):
@@ -75,18 +66,11 @@ class OLMo2(ClassicBlock):
     """u = x + Norm(MHA(x)); y = u + Norm(MLP(u)), RMSNorm over the whole query and key projections (OLMo Team 2025).
 
     The reordered norm: a norm on each sub-layer's output, none on its input, and QK-norm, which OLMo 2 takes
-    together for stability. What the official code settles (OLMo-core, `ReorderedNormTransformerBlock`:
-    `h = x + attention_norm(attention(x))`, `h + feed_forward_norm(feed_forward(h))`, and the OLMo 2 configs'
-    `qk_norm` with `use_head_qk_norm` off): the query and key norms are RMSNorms over the whole projections,
-    d wide, before the head split (`q_norm(w_q(x))`), not per head; the branch dropout acts on the normalised
-    output; a final norm follows the last block. The output norms are the config's kind (OLMo 2's RMSNorm, the
-    package's default); the QK norms are RMSNorm whatever `norm` says, as `op`'s (they normalise queries and
-    keys, not the stream). norm_eps is the config's (OLMo 2 uses 1e-6). Under attn_gate the gate reads x, what
-    the query projection reads.
+    together for stability. The query and key norms are RMSNorms over the whole projections, d wide, before the
+    head split, whatever `norm` says; the branch dropout acts on the normalised output; a final norm follows the
+    last block. Under attn_gate the gate reads x, what the query projection reads.
 
-    No recipe, and not taken: the rest of OLMo 2's stability changes, which are training settings rather than
-    the block (z-loss, no weight decay on the embeddings, AdamW's eps 1e-8; its N(0, 0.02) init is this
-    package's `init="normal"` already).
+    What the official code (OLMo-core) settles, and what of OLMo 2 is not taken: docs/blocks.md#olmo2.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):

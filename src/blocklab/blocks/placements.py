@@ -64,28 +64,16 @@ class QKVNormAttention(MultiHeadAttention):
 class HybridNorm(nn.Module):
     """x_m = x + MHA(N(x W_Q), N(x W_K), N(x W_V)) W_O; y = N(x_m) + MLP(N(x_m)), N per head on q, k, v (Zhuo et al. 2025).
 
-    QKV-Norm in the attention, no norm on the attention's input (the attention reads x itself) and the
-    MLP in HybridNorm's Post-Norm position: the norm of x_m is both the MLP's input and the skip,
-    y = N(x_m) + FFN(N(x_m)), as SPEC 2c writes it and as the official code runs it (dense_model/olmo/model.py,
-    `ffn_residual_after_norm: true` in configs/exps/1.2B-dense-HybriedNorm.yaml: `x = ff_norm(x); og_x = x;
-    x = og_x + ff_out(act(ff_proj(x)))`), not Post-LN's N(x_m + FFN(x_m)). The q, k, v norms are the
-    config's norm at width d_h (the paper and code: the model's norm type, RMSNorm in its runs); norm="dyt"
-    or "derf" replaces them too, as every norm layer. Under attn_gate the gate reads what the attention reads:
-    x itself, as there is no attention pre-norm to read.
+    QKV-Norm in the attention, no norm on the attention's input (the attention reads x itself), and the MLP in
+    HybridNorm's Post-Norm position: the norm of x_m is both the MLP's input and the skip,
+    y = N(x_m) + FFN(N(x_m)), not Post-LN's N(x_m + FFN(x_m)). The q, k, v norms are the config's norm at width
+    d_h (norm="dyt" or "derf" replaces them too). Under attn_gate the gate reads x itself, as there is no
+    attention pre-norm to read. A final norm follows the last block.
 
-    `hybridnorm_first_pre=True` is HybridNorm*: block 0 is Pre-LN, u = x + MHA_QKV(N(x)); y = u + MLP(N(u)).
-    The official code's HybridNorm* (`norm_pos_special_config` `{0: {'attn_norm': True, 'ffn_residual':
-    False}}`) switches on block 0's attention pre-norm and the MLP's Pre-LN skip only; the QKV norms are set
-    for every layer (`use_query_norm`, `use_key_norm`, `use_value_norm`), so block 0 keeps them, and so does
-    this block.
+    `hybridnorm_first_pre=True` is HybridNorm*: block 0 is Pre-LN, u = x + MHA_QKV(N(x)); y = u + MLP(N(u)),
+    its QKV norms kept.
 
-    Final norm: yes. The block ends on N(x_m) + FFN(N(x_m)), not on a norm, and the paper's models (OLMo2's
-    and OLMoE's code) apply the final `ln_f` after the last block whatever the placement.
-
-    Not taken from the paper: its Megatron initialisation (the official config's `init_fn: full_megatron`:
-    N(0, sigma^2) with sigma = 0.014 for d = 2048, the output projections W_O and W_2 at sigma / sqrt(2 L));
-    this package's `init` applies, as for every block. No recipe: the paper trains HybridNorm and its
-    Pre-Norm baseline with the same OLMo2 / OLMoE settings, nothing of its own.
+    What the official code (BryceZhuo/HybridNorm) settles, and what is not taken: docs/blocks.md#hybridnorm.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):
@@ -172,20 +160,14 @@ class ResiDual(ClassicBlock):
     Pre-Post-LN: every sub-layer F (attention, then MLP) reads the Post-LN stream x_a and adds its output
     to both streams, x_a with Post-LN's norm after the sum, x_d (the "dual" residual) with nothing, as
     Pre-LN's stream; both start as the embedding output. The model's output is x_a + N_d(x_d), N_d one more
-    norm of the config's kind (the paper's LN: norm="layernorm"; the code's has eps 1e-7, the config's
-    norm_eps applies here).
+    norm of the config's kind, with no norm on top of the sum (final_norm=False). F includes the branch
+    Dropout, and the same dropped output goes to both streams.
 
     Where the parameters live: each block has Post-LN's modules under Post-LN's names (attn, mlp, norms), so
     Post-LN's weights load into it; the last block also owns N_d (`dual_norm`) and computes the output in its
-    forward, so that every parameter is used inside a block's forward (FSDP shards per block). The model's
-    final norm is off (final_norm=False): the paper's (and the code's, `x = x * enc_alpha +
-    self.layer_norm(res)` with enc_alpha 1.0) output has no norm on top of the sum; N_d plays the part of
-    Pre-LN's final norm, on x_d alone.
+    forward, so that every parameter is used inside a block's forward (FSDP shards per block).
 
-    F includes the branch Dropout, and the same dropped output goes to both streams, as in the code
-    (`res = res + x`, then `x = self_attn_layer_norm(x + xr)` with the same x). No recipe: the paper's
-    settings (fairseq translation, Adam, inverse square-root warm-up) are its Post-LN and Pre-LN baselines'
-    too, and it trains no language model.
+    What the official code (microsoft/ResiDual) settles: docs/blocks.md#resi-dual.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):

@@ -1,58 +1,18 @@
-"""T-Fixup (Huang et al. 2020, Improving Transformer Optimization Through Better Initialization, ICML 2020, PMLR
-119:4475-4483; official code layer6ai-labs/T-Fixup, built on fairseq).
-
-No norm layer anywhere: every sub-layer is a plain residual branch, and the initialisation alone keeps the
-output change of an Adam update Theta(eta) whatever the depth, so that neither layer normalisation nor
-learning-rate warm-up is needed:
+"""T-Fixup (Huang et al. 2020, Improving Transformer Optimization Through Better Initialization, ICML 2020): no norm
+layer anywhere, every sub-layer a plain residual branch, and an initialisation that keeps the output change of an
+Adam update Theta(eta) whatever the depth, so that neither layer normalisation nor warm-up is needed:
 
     x <- x + F(x)            for F = self-attention, [cross-attention,] MLP
 
-The initialisation, the paper's three steps (`N` encoder blocks, `M` decoder blocks, `d` the model width):
+    1. Xavier-uniform for every weight matrix; token embeddings N(0, 1/d)
+    2. decoder (M blocks): V and W^P of both attentions, W1, W2 times (9M)^(-1/4); the embeddings times (9N)^(-1/4)
+    3. encoder (N blocks): V, W^P, W1, W2 times 0.67 N^(-1/4)
 
-    1. Xavier for every weight matrix; input embeddings N(0, d^-1/2) (std d^-1/2, fairseq's `normal_(0, d**-0.5)`)
-    2. decoder: value and output projections of both attentions and both MLP matrices times (9M)^(-1/4);
-       the input embeddings times (9N)^(-1/4)
-    3. encoder: value and output projections and both MLP matrices times 0.67 N^(-1/4)
+whatever the config's `init` says, the query and key at fairseq's Xavier gain 1/sqrt(2). A decoder-only model
+(clm) takes the decoder's rule with M = n_layers, an encoder-only one (mlm, classification) the encoder's. Recipe:
+no warm-up.
 
-The paper writes N for both stacks (its models have equal depths); the official code scales each by its own
-depth (`TransformerDecoderLayer.fixup_initialization`: `(9 * decoder_layers) ** (-1/4)`,
-`TransformerEncoderLayer.fixup_initialization`: `0.67 * encoder_layers ** (-1/4)`), and so do SPEC 2c and
-blocklab. For `clm` and `mlm` the paper gives no rule: a decoder-only model takes the decoder's, (9M)^(-1/4) with M =
-n_layers (it has no cross-attention to scale), an encoder-only one (`mlm`, `classification`) the encoder's, 0.67
-N^(-1/4) with N = n_layers; the embeddings (9 n_layers)^(-1/4) either way.
-
-What the paper leaves open, settled by the official code (fairseq/modules/transformer_layer.py,
-fairseq/models/transformer.py, fairseq/modules/multihead_attention.py, Train_IWSLT_TFixup_example.sh):
-- Xavier is Xavier-uniform (fairseq's `xavier_uniform_`), and T-Fixup's own under either `init` of the config: the
-  method is an initialisation, so every weight it names starts its way (as DeepNorm's do).
-- The query and key projections stay at fairseq's Xavier gain 1/sqrt(2) (`MultiheadAttention.reset_parameters`;
-  `fixup_initialization` leaves them): what `init="xavier"` draws (SPEC 3), here under either init.
-- The value projection: fairseq's gain 1/sqrt(2) times the code's extra sqrt(2) (`param * (2**0.5)`), i.e. the
-  paper's plain Xavier (gain 1), times the scale; in the decoder too, in both attentions (the code multiplies
-  both `v_proj`s by sqrt(2); SPEC 2c's row names the extra sqrt(2) at the encoder only). The output projection
-  and the MLP at gain 1 times the scale. Biases, where the config asks for them, start at zero (fairseq's Linear).
-- The token embedding: N(0, 1/d) times (9N)^(-1/4), under either `init` (blocks/hooks.py, `token_embedding_init`).
-  The factor at the input is the model's, as for every block: the paper's step 1 names none (its N(0, d^-1/2)
-  rows have about unit norm); fairseq multiplies by `embed_scale` sqrt(d), which the official code keeps (no
-  `--no-scale-embedding`), and which blocklab's `init="xavier"` (fairseq's, SPEC 3) applies. So init="xavier"
-  is the official code (each coordinate of the first block's input has variance (9N)^(-1/2), plus the
-  position's) and init="normal" the paper's rows as they are drawn. blocklab shares one matrix between the
-  source, the target and the output head; the code with `--share-all-embeddings` scales that one matrix once,
-  by the encoder's (9N)^(-1/4) (`TransformerEncoder.__init__`; `TransformerDecoder.__init__` skips it when all
-  are shared), and so here. The tied output head is that scaled matrix (the code's `output_layer` reads
-  `embed_tokens.weight`; its IWSLT script ties the decoder's input and output embeddings, both scaled by
-  (9M)^(-1/4)).
-- Position embeddings keep the config's init, unscaled: the code scales `embed_tokens` only (its IWSLT model has
-  sinusoidal positions). An untied output head (`tie_embeddings=False`) starts as the config's init says, as for
-  every block.
-- No final norm (`--dont-use-layernorm` leaves the stacks' `layer_norm` None): `final_norm=False`.
-- Dropout on each residual branch, after the attention and after the MLP's second matrix (fairseq's `dropout`).
-- Options: `qk_norm` and `attn_gate` apply (softmax attention; the gate's W_g is not a weight of the paper and
-  starts as the package's Linears do); `norm="dyt"` / `"derf"` are refused: there is no norm layer to replace.
-
-Recipe: no warm-up (the paper's point; the code's `inverse_sqrt_nowarmup` schedule). Its other IWSLT settings (Adam
-betas (0.9, 0.98), weight decay 1e-4, dropout, label smoothing 0.1) are the translation setup its baselines share,
-not the method, and are left to the run.
+The paper, the official code read (layer6ai-labs/T-Fixup) and what it settled: docs/blocks.md#t-fixup.
 """
 
 from __future__ import annotations

@@ -89,6 +89,12 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="sweep directory (needed unless --list)")
     p.add_argument("--list", action="store_true", help="list the runs and exit without training (needs no --out)")
     p.add_argument(
+        "--dump",
+        action="store_true",
+        help="print the preset as a SWEEP.toml (its shipped file, comments included) and exit: "
+        "`compare --preset NAME --dump > my.toml` then `compare my.toml --out DIR` plans the same runs",
+    )
+    p.add_argument(
         "--experiments",
         help="comma-separated experiments of the sweep to run alone (the others' runs are left out), e.g. clm",
     )
@@ -126,6 +132,13 @@ def run(args) -> int:
 
     if bool(args.preset) == bool(args.sweep):
         raise UserError("give either --preset NAME or a SWEEP.toml file")
+    if args.dump:
+        from blocklab.experiments.presets import PRESETS, preset_text
+
+        if not args.preset or args.preset not in PRESETS:
+            raise UserError(f"--dump prints a preset: give --preset NAME, one of {', '.join(PRESETS)}")
+        print(preset_text(args.preset), end="")
+        return 0
     seeds = _seeds(args.seeds) if args.seeds is not None else None
     only = [x for x in args.experiments.split(",") if x] if args.experiments else None
     sweep = load_sweep(args.preset or args.sweep, parse_overrides(args.overrides), seeds, only)

@@ -20,18 +20,21 @@ def add_parser(sub) -> None:
         help="evaluate a run with the lm-eval harness (its tasks, or blocklab's offline ones)",
         description="Evaluate a clm run's checkpoint with the lm-eval harness, on the model exported for "
         "transformers (kept in RUN/hf-export/step-N). Tasks: any lm-eval task whose data is on this machine "
-        "(nothing is downloaded: the hub is offline), and blocklab's own offline tasks, made from the run's "
-        "data (--tasks list names them): the held-out validation split's bits per byte, and the five code "
-        "tasks as zero-shot choices between texts by log-likelihood. Results go to RUN/eval/ (JSON, the "
-        "harness's results and the settings); a stored result with the same tasks, limit and checkpoint is "
-        "printed again without evaluating. Needs the eval extra: pip install 'blocklab[eval]'.",
+        "(nothing is downloaded: the hub is offline), a task of your own as a harness task config file "
+        "(--tasks path/to/task.yaml: lm-eval's YAML format, its data on local files), and blocklab's own offline "
+        "tasks, made from the run's data (--tasks list names them): the held-out validation split's bits per byte, "
+        "and the five code tasks as zero-shot choices between texts by log-likelihood. One line per task says "
+        "its documents and time as it finishes. Results go to RUN/eval/ (JSON, the harness's results and the "
+        "settings); a stored result with the same tasks, limit and checkpoint is printed again without "
+        "evaluating. Needs the eval extra: pip install 'blocklab[eval]'.",
     )
     p.add_argument("--run", help="run directory written by blocklab train (a clm run); not needed with --tasks list")
     p.add_argument(
         "--tasks",
         required=True,
-        help="comma-separated task names: lm-eval's (e.g. hellaswag, arc_easy) and blocklab's (blocklab_val_bpb, "
-        "blocklab_wrong_operator, ...); 'list' prints blocklab's tasks and what each measures",
+        help="comma-separated task names: lm-eval's (e.g. hellaswag, arc_easy), blocklab's (blocklab_val_bpb, "
+        "blocklab_wrong_operator, ...) and task config files (path/to/task.yaml, lm-eval's format); 'list' prints "
+        "blocklab's tasks and what each measures",
     )
     p.add_argument("--step", type=int, default=None, help="the checkpoint step to evaluate (default: the latest)")
     p.add_argument(

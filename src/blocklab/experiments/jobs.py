@@ -19,19 +19,12 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from blocklab.atomic import write_atomic
+from blocklab.training.threads import SMALL_WIDTH, cpu_count
 
 # Measured on 2 cores (benchmarks/RESULTS.md, "compare --jobs"): 8 runs of the quick preset's shape train
 # 1.2-1.3x faster 2 at a time, single-threaded, than one after another on both threads; 4 runs 0.89x (the
-# workers' start is not paid back); d=512 runs gain about nothing (1.01-1.08x).
-SMALL_WIDTH = 256
+# workers' start is not paid back); d=512 runs gain about nothing (1.01-1.08x). SMALL_WIDTH: training/threads.py.
 RUNS_PER_PROCESS = 4
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def default_jobs(configs) -> int:
@@ -59,7 +52,9 @@ def _watch_parent(parent: int) -> None:
 
 
 def _init_worker(threads: int, devices, slot) -> None:
-    """Each worker: its share of the threads, and on several GPUs its own device (before CUDA starts)."""
+    """Each worker: its share of the threads (OMP_NUM_THREADS too: a run's train.threads 0 keeps it), and on several
+    GPUs its own device (before CUDA starts)."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     if devices:

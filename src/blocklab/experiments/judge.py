@@ -16,6 +16,7 @@ import math
 
 from blocklab import stats
 from blocklab.experiments.claims import claim_pairs, judge_claims
+from blocklab.experiments.factors import judge_interactions
 from blocklab.experiments.frontier import judge_frontier
 
 FAILED = ("diverged", "stalled", "plateau")  # a run that ended on (or near) the unigram plateau: "plateau"
@@ -24,7 +25,7 @@ FORMAT = 2  # verdicts.json's layout: failures apart, tests paired by seed, fami
 
 RAW_EXPERIMENT = (
     "title metric lower_is_better tuned values tuning_seeds extend reference tolerance margin cap "
-    "tuning_runs_reused seeds_auto eval_noise eval_noise_paired sizes groups secondary frontier"
+    "tuning_runs_reused seeds_auto eval_noise eval_noise_paired sizes factor groups secondary frontier"
 ).split()
 RAW_GROUP = (
     "label settings facts curve seeds statuses raw n_params tokens_per_s measured_alone flops eval_se "
@@ -289,4 +290,6 @@ def judge(verdicts: dict) -> dict:
                 exp["secondary"][key]["family_size"] = size
     verdicts["format"] = FORMAT
     verdicts["claims"] = judge_claims(experiments)
+    if any(exp.get("factor") for exp in experiments.values()):
+        verdicts["interactions"] = judge_interactions(experiments, lambda exp: exp.get("margin"))
     return verdicts

@@ -25,13 +25,6 @@ from blocklab.settings import setting, validate
 
 DEFAULT_MARGIN = 0.1
 FINAL_SEEDS = 5  # the final seeds of a tuned sweep that names none: a paired test survives one failed seed
-PRESET_SEEDS = list(range(FINAL_SEEDS))  # the built-in sweeps' final seeds; their tuning seeds follow: 5, 6
-
-
-def planned_runs(groups: int, values: int, finals: int = FINAL_SEEDS, tuning: int = 2, sizes: int = 1) -> int:
-    """The runs a tuned sweep plans (before any grid extension): every group at every value on every tuning
-    seed, then its final seeds, at every size."""
-    return sizes * groups * (values * tuning + finals)
 
 
 @dataclass(frozen=True)

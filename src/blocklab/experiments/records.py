@@ -75,6 +75,7 @@ def group_facts(config) -> dict:
         "warmup": config.train.warmup_steps > 0,
         "warmup_steps": config.train.warmup_steps,
         "task": config.model.task,
+        "canon": config.model.canon,
     }
 
 

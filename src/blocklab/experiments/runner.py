@@ -13,7 +13,7 @@ from blocklab.experiments.jobs import run_many
 from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts, extension_runs, seed_counts
-from blocklab.training.trackers import require
+from blocklab.training.trackers import default_store, open_store, require
 
 FINISHED = ("completed", "diverged", "stalled")  # kept as they are when the sweep is run again
 
@@ -99,7 +99,7 @@ def track_in_sweep(run: RunSpec, sweep: str, out: Path) -> None:
         return
     changes = {"tracker_group": t.tracker_group or sweep}
     if "mlflow" in t.trackers and t.mlflow_uri is None and not os.environ.get("MLFLOW_TRACKING_URI"):
-        changes["mlflow_uri"] = (out / "mlruns").resolve().as_uri()
+        changes["mlflow_uri"] = default_store(out)
     run.config.train = dataclasses.replace(t, **changes)
 
 
@@ -117,6 +117,9 @@ def _train_phase(
             results[run.name] = json.loads((run_dir / "summary.json").read_text())
             continue
         tasks.append((run, run_dir, status is not None, head))
+
+    for uri in sorted({t.config.train.mlflow_uri for t, *_ in tasks if "mlflow" in t.config.train.trackers} - {None}):
+        open_store(uri)  # made here, once, not by several runs at once (compare --jobs)
 
     def done(run, head, summary):
         log(

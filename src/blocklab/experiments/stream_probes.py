@@ -52,7 +52,7 @@ def probe_run(run: str | Path) -> dict:
     from blocklab.training.generate import load_run
 
     run = Path(run)
-    trained, _, cfg = load_run(run)
+    trained, _, cfg, _ = load_run(run)
     if cfg.model.task not in ("clm", "mlm"):
         raise UserError(f"{run} is a {cfg.model.task} run; the stream probes measure clm and mlm models")
     step = _checkpoint_step(run)

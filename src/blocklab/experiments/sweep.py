@@ -15,6 +15,7 @@ from pathlib import Path
 from blocklab.errors import UserError
 from blocklab.experiments.downstream import FinetuneStage, parse_stage
 from blocklab.experiments.evaluation import EvalStage, parse_eval
+from blocklab.experiments.factors import expand_factors
 from blocklab.experiments.protocol import FINAL_SEEDS, Compare, Power, parse_compare, parse_power
 from blocklab.experiments.tuning import Tune, parse_sizes, parse_tune, value_text
 from blocklab.registry import block_recipe
@@ -22,7 +23,7 @@ from blocklab.training.config import RunConfig, load_config, read_toml
 
 # An experiment's name: it names the report's section ids and figure files (loss_vs_step_NAME.png).
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-EXPERIMENT_KEYS = ("title", "description", "target_run", "tune", "compare")
+EXPERIMENT_KEYS = ("title", "description", "target_run", "tune", "compare", "factor", "common")
 AUTO = "auto"  # seeds = "auto": the count of final seeds chosen from a first round (experiments/protocol.py)
 SHORT = {
     "model.block": "",
@@ -111,6 +112,8 @@ class Sweep:
     compares: dict = field(default_factory=dict)  # experiment name (None: the whole sweep) -> Compare
     power: Power | None = None  # with seeds = "auto"
     auto_finals: list[int] = field(default_factory=list)  # with seeds = "auto": every final seed it may run
+    # {experiment: {"key", "levels", "experiments": {level: cell experiment}, "groups": {cell group: base group}}}
+    factors: dict = field(default_factory=dict)
 
     def tune_of(self, group: GroupSpec) -> Tune | None:
         return self.tunes.get(group.experiment, self.tunes.get(None))
@@ -230,6 +233,7 @@ class Sweep:
             "experiments": self.experiments,
             "tune": {str(k): t.to_json() for k, t in self.tunes.items()} or None,
             "sizes": self.sizes or None,
+            "factors": self.factors or None,
             "runs": [r.to_json() for r in finals],
             "tuning": [r.to_json() for r in self.tuning_runs],
         }
@@ -285,6 +289,39 @@ def _groups(spec: dict) -> list[GroupSpec]:
     if not groups:
         raise UserError("the sweep defines no runs: give a [grid] and/or [[runs]]")
     return groups
+
+
+def with_common(spec: dict) -> dict:
+    """Each experiment's `common` settings written into every one of its [[runs]] entries, under the entry's own
+    (as if each entry named them: over the block recipe, as a group's own settings are)."""
+    table = spec.get("experiments")
+    if not isinstance(table, dict) or not any(isinstance(m, dict) and "common" in m for m in table.values()):
+        return spec
+    common = {}
+    for name, meta in table.items():
+        if isinstance(meta, dict) and "common" in meta:
+            if not isinstance(meta["common"], dict):
+                raise UserError(
+                    f'experiments.{name}.common must be a table of dotted settings, e.g. "model.n_layers" = 6'
+                )
+            common[name] = _dotted(meta["common"])
+    runs = [dict(common.get(r.get("experiment"), {}), **r) for r in spec.get("runs", [])]
+    experiments = {
+        n: {k: v for k, v in m.items() if k != "common"} if isinstance(m, dict) else m for n, m in table.items()
+    }
+    return dict(spec, runs=runs, experiments=experiments)
+
+
+def _dotted(table: dict, prefix: str = "") -> dict:
+    """{"model": {"n_layers": 6}} or {"model.n_layers": 6} -> {"model.n_layers": 6}."""
+    out = {}
+    for k, v in table.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            out.update(_dotted(v, key))
+        else:
+            out[key] = v
+    return out
 
 
 def auto_seeds(spec: dict, count: int) -> list[int]:
@@ -358,10 +395,12 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         "eval",
         "compare",
         "power",
+        "factor",
     }
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+    spec, factors = expand_factors(with_common(spec))
     if seeds is not None:
         spec = dict(spec, seeds=seeds)
     cli = extra or {}
@@ -417,6 +456,7 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         _compares(spec),
         power,
         finals_for_tuning if power else [],
+        factors,
     )
     target_run = spec.get("target_run")
     names = [g.name for g in groups]
@@ -525,7 +565,7 @@ def load_sweep(
     preset_or_path: str, extra: dict | None = None, seeds: list[int] | None = None, only: list[str] | None = None
 ) -> Sweep:
     """A preset or a SWEEP.toml, built; `only`: the experiments to keep (the others' runs are left out)."""
-    from blocklab.experiments.presets import PRESETS
+    from blocklab.experiments.presets import PRESETS, merge
 
     if preset_or_path in PRESETS:
         spec = PRESETS[preset_or_path]
@@ -533,6 +573,12 @@ def load_sweep(
         raise UserError(f"{preset_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a sweep file")
     else:
         spec = read_toml(preset_or_path, "sweep file")
+        if "extends" in spec:  # a file laid over a preset, as the GPU presets are (docs/sweeps.md)
+            parent = spec.pop("extends")
+            if parent not in PRESETS:
+                raise UserError(f"{preset_or_path}: extends = {parent!r} is no preset; presets: {', '.join(PRESETS)}")
+            replace = tuple(spec.pop("replace", ()))
+            spec = merge(PRESETS[parent], spec, replace)
     return build_sweep(only_experiments(spec, only) if only else spec, extra, seeds)
 
 

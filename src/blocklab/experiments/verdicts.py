@@ -9,6 +9,7 @@ from pathlib import Path
 
 from blocklab import stats
 from blocklab.experiments import records as R
+from blocklab.experiments.claims.stream import SPEEDUPS
 from blocklab.experiments.judge import classify, judge, raw_layer, tuning_analysis
 from blocklab.experiments.protocol import auto_count
 from blocklab.experiments.secondary import secondary_metrics
@@ -111,10 +112,14 @@ def _group_raw(sweep: Sweep, out: Path, g: GroupSpec, size, finals: list[RunSpec
     speeds = [s["tokens_per_s"] for s in done if R.finite(s.get("tokens_per_s"))]
     tune = sweep.tune_of(g)
     config = sweep.make_run(g, size, tune.values[0] if tune else None, sweep.final_seeds()[0], "final").config
+    facts = R.group_facts(config)
+    for info in sweep.factors.values():
+        if g.name in info["groups"]:
+            facts["factor_group"] = info["groups"][g.name]
     return {
         "label": g.label,
         "settings": g.settings,
-        "facts": R.group_facts(config),
+        "facts": facts,
         "curve": raw_curve(sweep, out, g, size) if tune is not None else [],
         **R.seeds_record(out, runs),
         "n_params": next((s.get("n_params") for s in summaries if s and s.get("n_params")), None),
@@ -178,7 +183,7 @@ def _experiment(sweep: Sweep, out: Path, exp, finals, counts: dict) -> dict:
     reference = _reference(sweep, exp, groups)
     entries = {g.name: _group_raw(sweep, out, g, largest, finals) for g in groups}
     finals_by_group = {g.name: _finals(g, largest, finals) for g in groups}
-    if any(e["facts"]["block"] in ("hyper-connections", "attn-res") for e in entries.values()):
+    if any(e["facts"]["block"] in SPEEDUPS for e in entries.values()):  # the speed-up claims' measure
         completed = {
             n: {s for s, st in zip(e["seeds"], e["statuses"]) if st == "completed"} for n, e in entries.items()
         }
@@ -209,6 +214,16 @@ def _experiment(sweep: Sweep, out: Path, exp, finals, counts: dict) -> dict:
         "secondary": secondary_metrics(sweep, out, finals_by_group, lambda r: R.read_summary(out, r.name)),
         "frontier": _frontier(sweep, out, groups, finals) if len(sweep.size_indices()) > 1 else None,
     }
+    for base, info in sweep.factors.items():
+        for level, value in zip(info["experiments"], info["levels"]):
+            if info["experiments"][level] == exp:
+                result["factor"] = {
+                    "name": base,
+                    "key": info["key"],
+                    "level": level,
+                    "value": value,
+                    "levels": info["levels"],
+                }
     return result
 
 

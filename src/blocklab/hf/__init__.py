@@ -1,33 +1,46 @@
 """blocklab models in Hugging Face `transformers` (an optional extra: pip install 'blocklab[hf]').
 
 Importing this package registers the model type "blocklab" with the Auto classes, so an exported
-folder (`blocklab export`) loads with AutoConfig, AutoModelForCausalLM (clm runs),
-AutoModelForMaskedLM (mlm) and AutoModelForSequenceClassification (fine-tuned runs); the folder
-also loads with `trust_remote_code=True` alone, through the small modules `export` writes into it.
-Importing `blocklab` itself never imports `transformers`.
+folder (`blocklab export`) loads with AutoConfig, AutoModel (hidden states, any export),
+AutoModelForCausalLM (clm runs), AutoModelForMaskedLM (mlm) and AutoModelForSequenceClassification
+(fine-tuned runs, or an mlm run's encoder with a fresh head). The folder also loads with
+`trust_remote_code=True` alone, on a machine without blocklab: it carries the model's code, generated
+from this package (remote.py). Importing `blocklab` itself never imports `transformers`.
 """
 
 from __future__ import annotations
 
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+)
 
+from blocklab.hf import remote
 from blocklab.hf.configuration import MODEL_TYPE, BlocklabConfig
 from blocklab.hf.modeling import (
     HF_CLASSES,
     BlocklabForCausalLM,
     BlocklabForMaskedLM,
     BlocklabForSequenceClassification,
+    BlocklabModel,
     BlocklabPreTrainedModel,
 )
 
 AutoConfig.register(MODEL_TYPE, BlocklabConfig, exist_ok=True)
+AutoModel.register(BlocklabConfig, BlocklabModel, exist_ok=True)
 AutoModelForCausalLM.register(BlocklabConfig, BlocklabForCausalLM, exist_ok=True)
 AutoModelForMaskedLM.register(BlocklabConfig, BlocklabForMaskedLM, exist_ok=True)
 AutoModelForSequenceClassification.register(BlocklabConfig, BlocklabForSequenceClassification, exist_ok=True)
+# blocklab's own classes write the folder's code on save_pretrained (a folder's copy leaves it to transformers).
+BlocklabPreTrainedModel.code_writer = remote
 
 __all__ = [
     "BlocklabConfig",
     "BlocklabPreTrainedModel",
+    "BlocklabModel",
     "BlocklabForCausalLM",
     "BlocklabForMaskedLM",
     "BlocklabForSequenceClassification",

@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -74,8 +75,8 @@ def read_json(path: Path) -> dict:
 
 def exported(run: Path, step: int, checkpoint: str, log: Callable) -> Path:
     """RUN/hf-export/step-N: the export of that checkpoint, made again unless the folder there was exported
-    from it (same step, same checkpoint digest, same blocklab version)."""
-    from blocklab.hf.export import export_run
+    from it (same step, same checkpoint digest, same blocklab version and model code)."""
+    from blocklab.hf.export import code_digest, export_run
 
     out = run / EXPORT_DIR / f"step-{step}"
     marker = run / EXPORT_DIR / f"step-{step}.json"  # which checkpoint the folder was exported from
@@ -83,6 +84,7 @@ def exported(run: Path, step: int, checkpoint: str, log: Callable) -> Path:
     if (
         info.get("step") == step
         and info.get("blocklab_version") == blocklab.__version__
+        and info.get("code") == code_digest()
         and mark.get("checkpoint") == checkpoint
     ):
         return out
@@ -194,15 +196,16 @@ class Truncations(logging.Filter):
         return True
 
 
-def harness_tasks(manager, names: list[str]) -> list:
-    """The harness's Task and Group objects for `names`, loaded one name at a time so that a failure (data
-    neither on disk nor downloadable offline, a broken config) is one line naming the task."""
+def harness_tasks(manager, names: list[str]) -> list[tuple[str, list]]:
+    """(name, the harness's Task and Group objects) for each of `names` (a tag: its tasks), loaded one name at a
+    time so that a failure (data neither on disk nor downloadable offline, a broken config) is one line naming
+    the task."""
     objects = []
     for name in names:
         if name not in manager.all_tasks and not Path(name).is_file():
             raise UserError(
                 f"unknown task {name!r}: neither one of blocklab's ({', '.join(SHIPPED)}) nor one lm-eval "
-                "knows (lm-eval ls tasks lists them)"
+                "knows (lm-eval ls tasks lists them), nor a task config file (.yaml)"
             )
         try:
             loaded = manager.load(name)
@@ -212,12 +215,39 @@ def harness_tasks(manager, names: list[str]) -> list:
             offline = isinstance(e, (ConnectionError, OSError)) or "offline" in reason.lower()
             raise UserError(f"lm-eval task {name!r} cannot be loaded: {reason}{hint if offline else ''}") from None
         if name in loaded["groups"]:
-            objects.append(loaded["groups"][name])
+            objects.append((name, [loaded["groups"][name]]))
         elif name in loaded["tasks"]:
-            objects.append(loaded["tasks"][name])
-        else:  # a tag: its tasks
-            objects.extend(loaded["tasks"].values())
+            objects.append((name, [loaded["tasks"][name]]))
+        else:  # a tag, or a task config file: the tasks it names
+            objects.append((name, list(loaded["groups"].values()) or list(loaded["tasks"].values())))
     return objects
+
+
+@contextlib.contextmanager
+def no_progress_bars():
+    """The harness, datasets and transformers without their progress bars (a bar per batch of requests: about
+    twenty per task), their tokenizer's long-input warning (the harness cuts long contexts itself; evaluate() says
+    how often), and the harness's `git describe` of whatever folder the user stands in (its hash means nothing
+    for the run, and outside a repository git prints 'fatal: not a git repository'). evaluate() says one line per
+    task instead. Every bar is a tqdm (datasets' and transformers' subclass it), so tqdm's own default is set."""
+    import lm_eval.evaluator
+    import tqdm.std
+    from transformers.utils import logging as hf_logging
+
+    original, verbosity = tqdm.std.tqdm.__init__, hf_logging.get_verbosity()
+
+    def silent(self, *args, **kwargs):
+        kwargs["disable"] = True
+        original(self, *args, **kwargs)
+
+    tqdm.std.tqdm.__init__ = silent
+    hf_logging.set_verbosity_error()
+    try:
+        with mock.patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None):
+            yield
+    finally:
+        tqdm.std.tqdm.__init__ = original
+        hf_logging.set_verbosity(verbosity)
 
 
 def evaluate(
@@ -257,7 +287,7 @@ def evaluate(
     if stored and {k: stored.get(k) for k in settings} == settings:
         return dict(stored, path=str(path), reused=True)
 
-    with hub_offline():
+    with hub_offline(), no_progress_bars():
         from lm_eval import simple_evaluate
         from lm_eval.models.huggingface import HFLM
         from lm_eval.tasks import TaskManager
@@ -279,8 +309,19 @@ def evaluate(
         t0 = time.perf_counter()
         truncations, hf_log = Truncations(), logging.getLogger(HFLM.__module__)
         hf_log.addFilter(truncations)
+        out: dict = {key: {} for key in KEPT}
         try:
-            out = simple_evaluate(model=lm, tasks=objects, task_manager=manager, limit=limit, log_samples=False)
+            for i, (name, task_objects) in enumerate(objects, 1):  # one at a time: a line for each
+                t1 = time.perf_counter()
+                part = simple_evaluate(
+                    model=lm, tasks=task_objects, task_manager=manager, limit=limit, log_samples=False
+                )
+                for key in KEPT:
+                    out[key].update(part.get(key) or {})
+                docs = sum(n.get("effective", 0) for n in (part.get("n-samples") or {}).values())
+                log(
+                    f"[{i}/{len(objects)}] {name}: {docs:,} document{'s' * (docs != 1)} in {time.perf_counter() - t1:.1f} s"
+                )
         finally:
             hf_log.removeFilter(truncations)
     if truncations.count:

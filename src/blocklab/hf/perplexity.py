@@ -22,7 +22,7 @@ from blocklab.data.tokenizer import load_tokenizer
 from blocklab.errors import UserError
 from blocklab.hf.eval_tasks import validation_documents
 from blocklab.tokens import EOD_ID
-from blocklab.training.generate import load_run_step
+from blocklab.training.generate import load_run
 
 
 def rolling_windows(n_tokens: int, max_len: int) -> list[tuple[int, int, int]]:
@@ -81,12 +81,12 @@ def rolling_bits_per_byte(
     """Bits per byte (and byte and word perplexity) of the clm run's validation documents (the first `limit`),
     from its checkpoint of `step` (default the latest): {"bits_per_byte", "byte_perplexity",
     "word_perplexity", "loglikelihood", "documents", "tokens", "bytes", "words", "step"}."""
-    model, _, cfg, ckpt_step = load_run_step(run, device, step)
+    model, _, cfg, ckpt_step = load_run(run, step, device)
     if cfg.model.task != "clm":
         raise UserError(f"{run} is a {cfg.model.task} run; rolling bits per byte needs a causal (clm) model")
     model.eval()
     # The tokenizer as the run's data was encoded with it: a literal "<eod>" in the text is bytes, not the
-    # special id (load_tokenizer sets that; load_run_step's tokenizer is the file as saved).
+    # special id (load_tokenizer sets that; load_run's tokenizer is the file as saved).
     tokenizer = load_tokenizer(Path(run) / "tokenizer.json")
     docs = validation_documents(cfg.data)[:limit]
     ll = 0.0

@@ -1,44 +1,168 @@
-"""The modules an exported folder carries so that `trust_remote_code=True` loads it with no import of
-blocklab.hf first: each subclasses blocklab's own class and adds nothing (one implementation), so the
-folder's code is a few lines and blocklab (pip install 'blocklab[hf]') is its requirement."""
+"""The code an exported folder carries, so that `trust_remote_code=True` loads it with torch and transformers
+alone: hf/configuration.py, hf/modeling.py and every blocklab module they import, written into the folder from the
+installed package's own source when it is exported, their imports of blocklab made relative. One implementation:
+the folder runs the package's code, not a copy kept by hand (tests/hf/test_remote.py checks each generated module
+against its source, statement by statement).
+
+Why one flat module per package module (`blocklab/attention/modules.py` -> `blocklab_attention_modules.py`):
+transformers copies a remote-code folder into its module cache by following the `from .name import` lines of
+the files `auto_map` names (dynamic_module_utils.get_relative_import_files), names in one folder only, and imports
+them as one package. A module imported as an object (`from . import name`) or by `importlib` is missed by that
+search, so each entry file ends with lines, never run, that name every module of the folder.
+"""
 
 from __future__ import annotations
 
+import ast
+import functools
+import sys
 from pathlib import Path
 
-CONFIG_MODULE = "configuration_blocklab"
-MODEL_MODULE = "modeling_blocklab"
-AUTO_CLASSES = {
-    "clm": ("AutoModelForCausalLM", "BlocklabForCausalLM"),
-    "mlm": ("AutoModelForMaskedLM", "BlocklabForMaskedLM"),
-    "classification": ("AutoModelForSequenceClassification", "BlocklabForSequenceClassification"),
-}
+import blocklab
+from blocklab.hf.modeling import AUTO_CLASSES, BlocklabModel
 
-_CONFIG_SOURCE = '''"""The config of a blocklab model: blocklab's own class (requires: pip install 'blocklab[hf]')."""
-
-from blocklab.hf.configuration import BlocklabConfig as _BlocklabConfig
-
-
-class BlocklabConfig(_BlocklabConfig):
-    pass
-'''
-
-_MODEL_SOURCE = '''"""A blocklab model: blocklab's own class (requires: pip install 'blocklab[hf]')."""
-
-from blocklab.hf.modeling import {name} as _{name}
+PACKAGE = "blocklab"
+# The modules auto_map names, and their file names in the folder (transformers' convention).
+ENTRIES = {"blocklab.hf.configuration": "configuration_blocklab", "blocklab.hf.modeling": "modeling_blocklab"}
+# Packages the folder's code may import besides the standard library; triton only where it is there (the fused
+# kernel's module imports it in a try block, and runs without it on the CPU).
+REQUIRES = ("torch", "transformers", "triton")
+MANIFEST = "# The folder's modules, named for transformers' copy of this folder (never run):"
 
 
-class {name}(_{name}):
-    pass
-'''
+class GenerationError(RuntimeError):
+    """A blocklab module the folder needs is written in a way this generator cannot make relative."""
 
 
 def auto_map(task: str) -> dict[str, str]:
-    auto, name = AUTO_CLASSES[task]
-    return {"AutoConfig": f"{CONFIG_MODULE}.BlocklabConfig", auto: f"{MODEL_MODULE}.{name}"}
+    """config.json's `auto_map` of an exported `task` model: the config, AutoModel and the task's Auto classes."""
+    classes = {"AutoModel": BlocklabModel, **AUTO_CLASSES[task]}
+    modeling = ENTRIES["blocklab.hf.modeling"]
+    return {
+        "AutoConfig": f"{ENTRIES['blocklab.hf.configuration']}.BlocklabConfig",
+        **{auto: f"{modeling}.{cls.__name__}" for auto, cls in classes.items()},
+    }
 
 
-def write_remote_code(folder: str | Path, task: str) -> None:
-    folder = Path(folder)
-    (folder / f"{CONFIG_MODULE}.py").write_text(_CONFIG_SOURCE)
-    (folder / f"{MODEL_MODULE}.py").write_text(_MODEL_SOURCE.format(name=AUTO_CLASSES[task][1]))
+def write(folder: str | Path) -> list[str]:
+    """Write the folder's modules into `folder`; returns their file names."""
+    files = sources()
+    for name, text in files.items():
+        (Path(folder) / name).write_text(text, encoding="utf-8")
+    return list(files)
+
+
+def flat(module: str) -> str:
+    """The folder's name for blocklab module `module` (without .py)."""
+    return ENTRIES.get(module, module.replace(".", "_"))
+
+
+def source_path(module: str) -> Path:
+    """The file of blocklab module `module` (a package's __init__.py)."""
+    path = Path(blocklab.__file__).parent.joinpath(*module.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _is_module(name: str) -> bool:
+    return source_path(name).is_file()
+
+
+@functools.cache
+def sources() -> dict[str, str]:
+    """{file name: text} of every module the entries need, entries first: generated once per process."""
+    todo, seen, out = list(ENTRIES), set(ENTRIES), {}
+    while todo:
+        module = todo.pop(0)
+        text, needs = rewrite(module)
+        out[f"{flat(module)}.py"] = text
+        for dep in needs:
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    names = sorted(out)
+    if len({n.lower() for n in names}) != len(names):
+        raise GenerationError(f"two blocklab modules flatten to one file name among: {', '.join(names)}")
+    manifest = [MANIFEST, "if False:"] + [f"    from .{n[:-3]} import __name__" for n in names]
+    for module in ENTRIES:
+        out[f"{flat(module)}.py"] += "\n\n" + "\n".join(manifest) + "\n"
+    return out
+
+
+def rewrite(module: str) -> tuple[str, list[str]]:
+    """(the folder's text of `module`, the blocklab modules it imports)."""
+    path = source_path(module)
+    raw = path.read_bytes()
+    tree = ast.parse(raw, str(path))
+    edits, needs = [], []
+    for node in ast.walk(tree):
+        change = _import_edit(module, node) if isinstance(node, (ast.Import, ast.ImportFrom)) else _call_edit(node)
+        if change is not None:
+            target, text, deps = change
+            edits.append((_offset(raw, target.lineno, target.col_offset), _offset(raw, *_end(target)), text))
+            needs += deps
+    for start, end, text in sorted(edits, reverse=True):  # from the end: earlier offsets stay valid
+        raw = raw[:start] + text.encode() + raw[end:]
+    where = path.relative_to(Path(blocklab.__file__).parent.parent).as_posix()
+    header = (
+        f"# Generated by `blocklab export` from {where} of blocklab {blocklab.__version__}, its imports of blocklab\n"
+        "# made relative, so that this folder runs with torch and transformers alone. Edit the package, not this copy.\n"
+    )
+    return header + raw.decode("utf-8"), needs
+
+
+def _end(node: ast.AST) -> tuple[int, int]:
+    return node.end_lineno, node.end_col_offset
+
+
+def _offset(raw: bytes, line: int, col: int) -> int:
+    """The byte offset of (1-based line, byte column) in `raw`: ast's positions count bytes of UTF-8."""
+    start = 0
+    for _ in range(line - 1):
+        start = raw.index(b"\n", start) + 1
+    return start + col
+
+
+def _import_edit(module: str, node) -> tuple[ast.AST, str, list[str]] | None:
+    """(node, its relative form, the modules it needs) for an import of blocklab; None for any other import (the
+    standard library or REQUIRES, else GenerationError)."""
+    if isinstance(node, ast.ImportFrom) and node.level:
+        raise GenerationError(f"{module}: a relative import (from {'.' * node.level}{node.module or ''} import ...)")
+    names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+    ours = [n for n in names if n == PACKAGE or n.startswith(PACKAGE + ".")]
+    if not ours:
+        for n in names:
+            top = n.split(".")[0]
+            if top not in sys.stdlib_module_names and top not in REQUIRES:
+                raise GenerationError(f"{module} imports {n}, which the exported folder cannot require")
+        return None
+    if isinstance(node, ast.Import):
+        if len(ours) != len(names) or any(a.asname is None for a in node.names):
+            raise GenerationError(f"{module}: write `import {names[0]} as NAME` (or from ... import ...)")
+        return node, _from_dot([(a.name, a.asname) for a in node.names]), [a.name for a in node.names]
+    target = node.module
+    submodules = [a for a in node.names if a.name != "*" and _is_module(f"{target}.{a.name}")]
+    if submodules and len(submodules) != len(node.names):
+        raise GenerationError(f"{module}: import the modules and the names of {target} in separate statements")
+    if submodules:
+        pairs = [(f"{target}.{a.name}", a.asname or a.name) for a in node.names]
+        return node, _from_dot(pairs), [name for name, _ in pairs]
+    listed = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
+    return node, f"from .{flat(target)} import {listed}", [target]
+
+
+def _from_dot(pairs: list[tuple[str, str]]) -> str:
+    return "from . import " + ", ".join(f"{flat(name)} as {alias}" for name, alias in pairs)
+
+
+def _call_edit(node) -> tuple[ast.AST, str, list[str]] | None:
+    """importlib.import_module("blocklab.x") -> import_module(".blocklab_x", __package__)."""
+    if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    arg = node.args[0]
+    if name != "import_module" or not isinstance(arg, ast.Constant) or not isinstance(arg.value, str):
+        return None
+    if not (arg.value == PACKAGE or arg.value.startswith(PACKAGE + ".")):
+        return None
+    return arg, f'".{flat(arg.value)}", __package__', [arg.value]

@@ -14,6 +14,7 @@ from blocklab.errors import UserError
 from blocklab.reporting import claims, downstream
 from blocklab.reporting import figures as F
 from blocklab.reporting.analysis import Target, smoothing_window
+from blocklab.reporting.factors import factor_sections
 from blocklab.reporting.parts import Figure, Part, Section, build_part, loss_sections, split
 from blocklab.reporting.plan import check_plan, mark_changed, plan_rows, refusal, withhold
 from blocklab.reporting.runs import Run, load_runs
@@ -282,6 +283,7 @@ def build_report(root: str | Path, target_loss: float | None = None, allow_chang
         sections += placed.pop(p.id, []) + loss_sections(p, fig_dir, verdicts=verdicts.present)
         sections += stream_sections(p, fig_dir)
     sections += placed.pop(None, [])  # experiments of verdicts.json that no part of the sweep holds
+    sections += factor_sections(verdicts.data or {}, fig_dir)  # each factor's interactions, after its levels
     runs = [r for p in parts for r in p.runs]  # report order: experiment, then family and block
     existing = [r for r in runs if r.exists]
 

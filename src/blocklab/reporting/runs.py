@@ -27,8 +27,8 @@ else:  # pragma: no cover
 MAX_DEPTH = 3
 # Folders that belong to a run or to the report, never a run themselves.
 # finetune/: a sweep's fine-tuning runs, which the downstream section reads (reporting/downstream.py).
-# mlruns/, wandb/: the trackers' local stores, whose artifacts hold copies of a run's summary.json.
-SKIP_DIRS = {"checkpoints", "tb", "figures", "probes", "finetune", "__pycache__", "mlruns", "wandb"}
+# mlartifacts/, mlruns/, wandb/: the trackers' local stores, whose artifacts hold copies of a run's summary.json.
+SKIP_DIRS = {"checkpoints", "tb", "figures", "probes", "finetune", "__pycache__", "mlartifacts", "mlruns", "wandb"}
 UNKNOWN_STATUS = "running/unknown"
 REPLACED = "replaced"  # DIR/replaced/: runs moved aside by `compare --rerun-changed`, never the report's
 

@@ -12,6 +12,8 @@ The block, and the seed of a seeded sweep, have their own columns and are none o
 from __future__ import annotations
 
 from blocklab.reporting.runs import Run
+from blocklab.settings import applicable
+from blocklab.training.config import SECTIONS
 
 # Where a run's numbers were tracked (train.trackers, training/trackers.py) says nothing about its results.
 TRACKING = {("train", "trackers"), ("train", "tracker_group"), ("train", "mlflow_uri")}
@@ -19,17 +21,19 @@ TRACKING = {("train", "trackers"), ("train", "tracker_group"), ("train", "mlflow
 
 def _flat_configs(runs: list[Run]) -> dict[str, dict]:
     """{run name: {(section, key): value}} of the runs that have a config (started runs), the tracking
-    settings left out."""
+    settings left out, and the settings that apply to none of these runs (settings.applies: a block-only knob
+    of a block the table does not have, an SGD setting where every run uses Adam)."""
+    started = [r for r in runs if r.exists]
+    used = {(sec, k) for r in started for sec, vals in applicable(SECTIONS, r.config).items() for k in vals}
     return {
         r.name: {
             (sec, k): v
             for sec, vals in r.config.items()
             if isinstance(vals, dict)
             for k, v in vals.items()
-            if (sec, k) not in TRACKING
+            if (sec, k) not in TRACKING and (sec, k) in used
         }
-        for r in runs
-        if r.exists
+        for r in started
     }
 
 

@@ -94,11 +94,36 @@ def claims_markdown(claims: list[dict], level: str = "###") -> list[str]:
     return lines
 
 
+def interactions_markdown(interactions: dict, level: str = "###") -> list[str]:
+    lines = []
+    for name, found in interactions.items():
+        if not found:
+            continue
+        levels = next(iter(found.values()))["levels"]
+        lines += [f"{level} {name}: interactions with {next(iter(found.values()))['factor']}", ""]
+        lines += [
+            _row(["group", f"difference at {' / '.join(map(str, levels))}", "interaction [family interval]", "verdict"])
+        ]
+        lines += [_row(["---"] * 4)]
+        for group, i in found.items():
+            d = " / ".join("—" if x is None else f"{x:+.3f}" for x in i.get("difference") or [])
+            ci = i.get("ci_family")
+            inter = (
+                "untested"
+                if i.get("interaction") is None
+                else f"{i['interaction']:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+            )
+            lines.append(_row([group, d, inter, f"**{i.get('verdict')}**"]))
+        lines.append("")
+    return lines
+
+
 def summary_markdown(verdicts: dict, level: str = "###") -> str:
-    """Every experiment's verdict table, then the claims with their rules."""
+    """Every experiment's verdict table, the interactions of its factors, then the claims with their rules."""
     lines: list[str] = []
     for name, exp in (verdicts.get("experiments") or {}).items():
         lines += experiment_markdown(name, exp, level) + [""]
+    lines += interactions_markdown(verdicts.get("interactions") or {}, level)
     lines += claims_markdown(verdicts.get("claims") or [], level)
     return "\n".join(lines).rstrip() + "\n"
 

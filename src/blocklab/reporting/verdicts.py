@@ -21,7 +21,7 @@ from blocklab.reporting.settings import setting_text
 from blocklab.reporting.verdict_words import claim_text, decimals, frontier_table, numbers_note, verdict_table
 
 FILE = "verdicts.json"
-FIGURES = ("sensitivity_*.png", "frontier_*.png")  # what this module draws into figures/ (report._OWN)
+FIGURES = ("sensitivity_*.png", "frontier_*.png", "factor_*.png")  # what this module draws into figures/ (report._OWN)
 SENSITIVITY_CAPTION = (
     "Line: each group's mean over its completed tuning seeds at each value; dots: each seed; x: a seed "
     "that failed (diverged or stalled: drawn at the cap; ended near the cap: at its score); band: lowest to "

@@ -14,7 +14,7 @@ from blocklab.data import DataConfig
 from blocklab.errors import ConfigError, UserError
 from blocklab.overrides import parse_overrides as parse_tokens
 from blocklab.registry import REGISTRY
-from blocklab.settings import help_text, markdown_table, setting, validate
+from blocklab.settings import help_text, markdown_table, only_where, setting, validate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,6 +28,7 @@ PARALLELS = ("ddp", "fsdp")
 GRAD_SYNCS = ("every", "last")  # train.fsdp_grad_sync
 DEVICES = ("auto", "cpu", "cuda")
 TRACKERS = ("tensorboard", "mlflow", "wandb")  # training/trackers.py; mlflow and wandb are optional extras
+ADAM = only_where("optimizer", "adamw", "adam", "muon")  # the settings of Adam's, muon's AdamW part's too
 
 
 @dataclass
@@ -59,12 +60,12 @@ class TrainConfig:
         min=0,
     )
     beta1: float = setting(
-        0.9, help="Adam's (and muon's AdamW part's) first-moment decay", min=0, max=1, max_exclusive=True
+        0.9, help="Adam's first-moment decay (muon: its AdamW part's)", min=0, max=1, max_exclusive=True, applies=ADAM
     )
     beta2: float = setting(
-        0.98, help="Adam's (and muon's AdamW part's) second-moment decay", min=0, max=1, max_exclusive=True
+        0.98, help="Adam's second-moment decay (muon: its AdamW part's)", min=0, max=1, max_exclusive=True, applies=ADAM
     )
-    momentum: float = setting(0.9, help="optimizer=sgd only: momentum", min=0)
+    momentum: float = setting(0.9, help="optimizer=sgd only: momentum", min=0, applies=only_where("optimizer", "sgd"))
     # Kimi K2's QK-clip (training/qk_clip.py, attention/logits.py): the per-layer maxima go to metrics.jsonl.
     qk_clip: float | None = setting(
         None,
@@ -117,6 +118,7 @@ class TrainConfig:
         unit="steps",
         derived="train.warmup_steps, or 5% of train.steps without warm-up",
         min=0,
+        applies=only_where("schedule", "inv_sqrt"),
     )
     label_smoothing: float = setting(
         0.0,
@@ -132,7 +134,11 @@ class TrainConfig:
         derived="none: from scratch",
     )
     init_step: int | None = setting(
-        None, help="with train.init_from: the checkpoint step to start from", derived="the run's latest", min=0
+        None,
+        help="with train.init_from: the checkpoint step to start from",
+        derived="the run's latest",
+        min=0,
+        applies=lambda t: t["init_from"] is not None,
     )
     # Scale-out under torchrun (training/parallel.py): fsdp shards parameters, gradients and optimizer state
     # (FSDP2) and checkpoints through torch.distributed.checkpoint.
@@ -156,6 +162,13 @@ class TrainConfig:
         help="parallel=fsdp with grad_accum > 1: reduce-scatter the gradients after every micro-batch (every: "
         "sharded, less memory) or only after the last (last: whole until then, as DDP; faster)",
         choices=GRAD_SYNCS,
+        applies=only_where("parallel", "fsdp"),
+    )
+    threads: int = setting(
+        0,
+        help="CPU threads of the run's torch; 0: auto, one for a model of d_model <= 256, else one per core but "
+        "one (OMP_NUM_THREADS when set): more collapse when other processes share the cores (benchmarks/RESULTS.md)",
+        min=0,
     )
     # Where the numbers go besides metrics.jsonl (training/trackers.py); none of these changes what is trained.
     trackers: list[str] = setting(
@@ -168,11 +181,13 @@ class TrainConfig:
         None,
         help="the MLflow experiment and W&B group the run is tracked in",
         derived="the run directory's name; a sweep's name for its runs",
+        applies=lambda t: bool({"mlflow", "wandb"} & set(t["trackers"])),
     )
     mlflow_uri: str | None = setting(
         None,
         help="the MLflow tracking URI (train.trackers with mlflow)",
-        derived="MLFLOW_TRACKING_URI, else a file store: DIR/mlruns (a sweep's: in its --out)",
+        derived="MLFLOW_TRACKING_URI, else an SQLite store: sqlite:///DIR/mlflow.db (a sweep's: in its --out)",
+        applies=lambda t: "mlflow" in t["trackers"],
     )
 
     def __post_init__(self) -> None:

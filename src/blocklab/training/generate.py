@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
+from tokenizers import Tokenizer
 
 from blocklab.data.tokenizer import load_tokenizer
 from blocklab.errors import UserError
 from blocklab.model import build_model
 from blocklab.tokens import EOD
 from blocklab.training.checkpoint import load_checkpoint
-from blocklab.training.config import load_config
+from blocklab.training.config import RunConfig, load_config
 
 
 @torch.no_grad()
@@ -44,14 +46,18 @@ def sample(
     return ids
 
 
-def load_run(run: str | Path, device: str = "cpu", step: int | None = None):
-    """(model, tokenizer, config) from a run directory's config, tokenizer and checkpoint: that of `step`, or
-    the latest (an older one, said on stderr, when the latest is damaged)."""
-    return load_run_step(run, device, step)[:3]
+class LoadedRun(NamedTuple):
+    """A trained run, read back (`blocklab.load_run`)."""
+
+    model: torch.nn.Module  # the blocklab model (blocklab.build_model's), its weights the checkpoint's, in eval mode
+    tokenizer: Tokenizer  # the run's byte-level BPE (tokenizers.Tokenizer): .encode(text).ids, .decode(ids)
+    config: RunConfig  # the run's whole config: .model (ModelConfig), .data, .train
+    step: int  # the step of the checkpoint read
 
 
-def load_run_step(run: str | Path, device: str = "cpu", step: int | None = None):
-    """load_run's (model, tokenizer, config) and the step of the checkpoint read."""
+def load_run(run: str | Path, step: int | None = None, device: str = "cpu") -> LoadedRun:
+    """A run directory's model, tokenizer and config: the checkpoint of `step`, or the latest (an older one, said
+    on stderr, when the latest is damaged). A missing or damaged run is a UserError naming it."""
     run = Path(run)
     if not (run / "config.toml").is_file():
         raise UserError(f"{run} holds no blocklab run (no config.toml)")
@@ -68,7 +74,7 @@ def load_run_step(run: str | Path, device: str = "cpu", step: int | None = None)
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
         raise UserError(f"checkpoint {ckpt['path']} does not fit the run's config: {str(e).splitlines()[0]}") from None
-    return model.to(device), tokenizer, cfg, ckpt["step"]
+    return LoadedRun(model.to(device).eval(), tokenizer, cfg, ckpt["step"])
 
 
 def generate_text(
@@ -81,7 +87,7 @@ def generate_text(
     device: str = "cpu",
     step: int | None = None,
 ) -> str:
-    model, tokenizer, cfg = load_run(run, device, step)
+    model, tokenizer, cfg, _ = load_run(run, step, device)
     if cfg.model.task != "clm":
         raise UserError(f"{run} is a {cfg.model.task} model; generation needs a causal (clm) model")
     ids = tokenizer.encode(prompt, add_special_tokens=False).ids

@@ -1,6 +1,6 @@
 """Scale-out on PyTorch's own engine (SPEC section 6): DDP or FSDP2 under torchrun (FSDP's blocks built one at
-a time as they are sharded: training/materialise.py), the gradient sync that gradient accumulation skips
-(train.fsdp_grad_sync), and per-block activation checkpointing.
+a time as they are sharded: training/materialise.py) and the gradient sync that gradient accumulation skips
+(train.fsdp_grad_sync). Per-block activation checkpointing is the model's own (model/checkpointing.py).
 
 Order of application (torchtitan's): activation checkpointing, then the regional compile of each
 block, then the data-parallel wrapper, then the optimizer (FSDP replaces the parameters by sharded
@@ -10,33 +10,17 @@ DTensors, which the optimizer must hold).
 from __future__ import annotations
 
 import contextlib
-import functools
 import weakref
 
 import torch
 import torch.nn as nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
-from torch.utils.checkpoint import checkpoint
 
 from blocklab.training import materialise
 from blocklab.training.distributed import Dist
 
 # The FSDP models that reduce-scatter their gradients after every micro-batch (train.fsdp_grad_sync="every").
 SYNC_EVERY: weakref.WeakSet[nn.Module] = weakref.WeakSet()
-
-
-def all_blocks(model: nn.Module) -> list[nn.Module]:
-    """The encoder (or decoder-only) blocks, then a translation model's decoder blocks."""
-    return [*model.blocks, *getattr(model, "decoder_blocks", ())]
-
-
-def checkpoint_activations(model: nn.Module) -> None:
-    """Each block keeps only its input for the backward pass and recomputes the rest there
-    (non-reentrant `torch.utils.checkpoint`, which replays the forward's random state, so dropout
-    masks and losses are unchanged). The block's own forward is wrapped in place rather than the
-    block in a wrapper module: parameter names, state dicts and checkpoints stay as they are."""
-    for block in all_blocks(model):
-        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
 
 
 def mixed_precision(precision: str) -> MixedPrecisionPolicy:

@@ -23,7 +23,8 @@ from blocklab.errors import UserError
 from blocklab.training.config import RunConfig, TrainConfig, config_differences, load_config
 from blocklab.training.optim import inv_sqrt_scale
 
-# trackers.json, mlruns/ and wandb/: the trackers' run ids and their default stores (training/trackers.py).
+# trackers.json, mlflow.db, mlartifacts/ and wandb/: the trackers' run ids and their default stores
+# (training/trackers.py); mlruns/: MLflow's file store, the default of earlier versions.
 RUN_FILES = (
     "config.toml",
     "metrics.jsonl",
@@ -32,6 +33,8 @@ RUN_FILES = (
     "checkpoints",
     "tb",
     "trackers.json",
+    "mlflow.db",
+    "mlartifacts",
     "mlruns",
     "wandb",
 )
@@ -55,12 +58,19 @@ RESUMABLE_CHANGES = {
         "activation_checkpointing",
         "stall_patience",
         "stall_margin",
+        "threads",
     )
 } | TRACKING
 
-# Fields that change how a run is logged and saved, never its results: a stored run that differs only in
-# them is still the run asked for.
-NO_EFFECT = {("train", "log_every"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")} | TRACKING
+# Fields that change how a run is logged, saved or spread over the cores, never what it trains: a stored run that
+# differs only in them is still the run asked for (threads may move a CPU run's last digits, as compare --jobs's
+# share of the cores does; summary.json records the count).
+NO_EFFECT = {
+    ("train", "log_every"),
+    ("train", "checkpoint_every"),
+    ("train", "keep_checkpoints"),
+    ("train", "threads"),
+} | TRACKING
 
 
 def changed_settings(asked: RunConfig, run_dir: Path) -> list[str]:
@@ -85,15 +95,21 @@ def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) ->
     writable_dir(out, "run directory")  # a file in the way, no permission, a full disk
     if holds_run:
         if overwrite:
-            for name in RUN_FILES:
-                p = out / name
-                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+            discard_run(out)
         elif resume:
             check_resume(load_config(out / "config.toml"), cfg, out)
         else:
             raise UserError(f"{out} already holds a run; pass --resume to continue it or --overwrite to replace it")
     elif any(out.iterdir()):
         raise UserError(f"{out} is not empty and holds no blocklab run; choose another --out")
+
+
+def discard_run(out: Path) -> None:
+    """Remove a run's files from `out` (RUN_FILES; nothing else is there: prepare_run_dir refuses a folder that
+    holds anything but a run)."""
+    for name in RUN_FILES:
+        p = Path(out) / name
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 def check_resume(saved: RunConfig, asked: RunConfig, out: Path) -> None:

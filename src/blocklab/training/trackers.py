@@ -5,9 +5,15 @@ One interface for each: `start` (the run's flat config as parameters), `log` (a 
 writing rank only. MLflow and W&B are optional extras, imported only when a run names them, so that
 importing blocklab or training with TensorBoard alone never loads them.
 
+Every tracker gets the same metric names as metrics.jsonl (`loss`, `eval_loss`, `gain/L0.alpha.h0` ...), the
+settings that apply to the run as its parameters (settings.applies: no block-only knob of another block), and at
+the end the summary and the run's files (RUN_ARTIFACTS; the checkpoints stay in the run directory).
+
 Nothing is sent anywhere the user did not choose: MLflow writes to train.mlflow_uri, else MLFLOW_TRACKING_URI,
-else a file store in the run directory (DIR/mlruns; a sweep's runs share one in the sweep's folder); W&B runs
-offline unless the environment configures it (WANDB_MODE, WANDB_API_KEY). DIR/trackers.json keeps each
+else an SQLite store in the run directory (DIR/mlflow.db, artifacts in DIR/mlartifacts; a sweep's runs share one
+in the sweep's folder): MLflow 3's own default kind and file name, which its client, CLI and UI read with no
+setting (MLflow 3 keeps its file store behind MLFLOW_ALLOW_FILE_STORE, which the user's tools would need too).
+W&B runs offline unless the environment configures it (WANDB_MODE, WANDB_API_KEY). DIR/trackers.json keeps each
 tracker's run id, so that `--resume` goes on in the same MLflow run and W&B run instead of starting another.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -25,19 +32,69 @@ from pathlib import Path
 
 from blocklab.atomic import write_atomic
 from blocklab.errors import UserError, import_extra
-from blocklab.settings import show
-from blocklab.training.config import RunConfig, TrainConfig
+from blocklab.settings import applicable, show
+from blocklab.training.config import SECTIONS, RunConfig, TrainConfig
 
 STATE = "trackers.json"  # in the run directory (a sweep's: in its folder, for the report's run)
 EXTRAS = ("mlflow", "wandb")  # the trackers whose package is an optional extra of the same name
+# The run's files each tracker gets when the run ends (the README's list).
+RUN_ARTIFACTS = ("config.toml", "metrics.jsonl", "summary.json", "tokenizer.json")
+MLFLOW_DB, MLFLOW_ARTIFACTS = "mlflow.db", "mlartifacts"  # the default store in the run's (or sweep's) folder
+# MLflow's database stores need SQLAlchemy and Alembic (the mlflow extra installs both; mlflow-skinny does not).
+DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
+
+
+def default_store(folder: Path) -> str:
+    """The MLflow store in `folder`: sqlite:///FOLDER/mlflow.db (`mlflow ui` run in FOLDER opens it by default)."""
+    return f"sqlite:///{(Path(folder) / MLFLOW_DB).resolve()}"
 
 
 def require(t: TrainConfig) -> None:
-    """UserError, in one line naming the extra to install, for a tracker whose package is missing: before any
-    training, not at its end."""
+    """UserError, in one line naming the package and the extra that installs it, for a tracker whose package is
+    missing: before any training, not at its end (nor after half a run directory)."""
     for name in t.trackers:
         if name in EXTRAS:
             import_extra(name, name, f"train.trackers with {name!r}")
+    if "mlflow" in t.trackers:
+        scheme = (t.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:").split(":")[0].split("+")[0]
+        if scheme in DATABASES:
+            for package in ("sqlalchemy", "alembic"):
+                import_extra(package, "mlflow", f"train.trackers with 'mlflow' and its {scheme} store")
+
+
+def artifact_root(uri: str) -> str | None:
+    """Where the artifacts of a store's new experiments go: beside a SQLite store (MLFLOW_ARTIFACTS); elsewhere
+    None, the store's own default (a server's)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///") :]).parent / MLFLOW_ARTIFACTS).resolve().as_uri()
+
+
+def open_store(uri: str) -> None:
+    """Make the SQLite store `uri` if it does not exist yet, with its artifacts beside it (MLFLOW_ARTIFACTS), before
+    any run uses it: MLflow builds a new database through its schema migrations (seconds), which two processes of
+    a sweep must not do at once, and gives its Default experiment the artifact folder it is made with."""
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri[len("sqlite:///") :])
+    if db.exists():
+        return
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    with _quiet("mlflow", "alembic"):  # its INFO lines on creating the tables: the run's stderr is for the run
+        SqlAlchemyStore(uri, artifact_root(uri))
+
+
+@contextlib.contextmanager
+def _quiet(*loggers: str):
+    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in loggers]
+    for logger, _ in saved:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
 
 
 @dataclass
@@ -54,7 +111,7 @@ class Place:
 
 
 class TensorBoard:
-    """DIR/tb: one scalar per metric, `train/loss` for the plain keys, as written before trackers existed."""
+    """DIR/tb: one scalar per metric, tagged with its metrics.jsonl name (as MLflow and W&B name it)."""
 
     def __init__(self, place: Place):
         self.dir = place.dir / "tb"
@@ -68,7 +125,7 @@ class TensorBoard:
 
     def log(self, values: dict, step: int) -> None:
         for key, value in values.items():
-            self.writer.add_scalar(key if "/" in key else f"train/{key}", value, step)
+            self.writer.add_scalar(key, value, step)
 
     def artifact(self, files: list[Path], name: str) -> None:
         pass  # the event files sit beside the run's own files already
@@ -86,12 +143,9 @@ class MLflow:
 
     def __init__(self, place: Place):
         self.place = place
-        self.uri = (
-            place.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or (place.dir / "mlruns").resolve().as_uri()
-        )
+        self.uri = place.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_store(place.dir)
         if self.uri.startswith("file:"):
-            # MLflow 3 keeps its file store behind this switch; the other local store (sqlite) needs SQLAlchemy,
-            # which the mlflow extra does not install. A user's own setting stands.
+            # A file store the user named: MLflow 3 keeps it behind this switch (the README says so); theirs stands.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         import_extra("mlflow", "mlflow", "train.trackers with 'mlflow'")
         from mlflow.entities import Metric, Param
@@ -103,10 +157,14 @@ class MLflow:
 
     def start(self, params: dict, start: int, saved: dict) -> dict:
         try:
+            open_store(self.uri)
             self.client = self.client(tracking_uri=self.uri)
             return self._start(params, saved)
-        except self.Error as e:  # a store that cannot be reached, written or used: one line, before any training
-            raise UserError(f"MLflow at {self.uri}: {str(e).splitlines()[0]}") from None
+        # A store that cannot be reached, made, written or used (MLflow's errors, or SQLAlchemy's for a database it
+        # cannot open): one line, before any training.
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise UserError(f"MLflow at {self.uri}: {first}") from None
 
     def _start(self, params: dict, saved: dict) -> dict:
         c, old = self.client, {}
@@ -121,7 +179,7 @@ class MLflow:
             exp = c.get_experiment_by_name(self.place.group)
             if exp is None:
                 try:
-                    c.create_experiment(self.place.group)
+                    c.create_experiment(self.place.group, artifact_root(self.uri))
                 except self.Error:  # made meanwhile by a sweep's run in another process (--jobs), or not at all
                     if c.get_experiment_by_name(self.place.group) is None:
                         raise
@@ -271,7 +329,8 @@ def open_trackers(cfg: RunConfig, out: Path, start: int) -> Trackers:
     out = Path(out)
     name = out.resolve().name
     place = Place(out, name, cfg.train.tracker_group or name, cfg.train.mlflow_uri)
-    params = {f"{section}.{k}": v for section, values in cfg.to_dict().items() for k, v in values.items()}
+    settings = applicable(SECTIONS, cfg.to_dict())  # config.toml keeps every setting; the trackers, those that apply
+    params = {f"{section}.{k}": v for section, values in settings.items() for k, v in values.items()}
     return Trackers(list(cfg.train.trackers), place, params, start)
 
 
@@ -290,8 +349,8 @@ def track_report(out: Path, group: str, configs: list[RunConfig], files: list[Pa
 
 
 def _sweep_store(out: Path) -> str | None:
-    """A sweep's MLflow store when its runs set none: the user's, else the file store in its folder."""
-    return None if os.environ.get("MLFLOW_TRACKING_URI") else (Path(out) / "mlruns").resolve().as_uri()
+    """A sweep's MLflow store when its runs set none: the user's, else the SQLite store in its folder."""
+    return None if os.environ.get("MLFLOW_TRACKING_URI") else default_store(out)
 
 
 def _read(path: Path) -> dict:

@@ -6,6 +6,7 @@ what a resume may change (rundir.py), checkpoint reads and writes (saving.py), t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -17,19 +18,21 @@ from blocklab.attention.modules import attention_path
 from blocklab.bench.machine import run_machine
 from blocklab.errors import UserError
 from blocklab.model import count_parameters
+from blocklab.model.checkpointing import checkpoint_activations
 from blocklab.training import distributed, materialise, parallel
 from blocklab.training.config import RunConfig, compiles, describe_recipe, to_toml
 from blocklab.training.logger import MetricsLogger, grad_values
 from blocklab.training.loop import StepMixin
 from blocklab.training.optim import make_optimizer
 from blocklab.training.qk_clip import QKClip
-from blocklab.training.rundir import RESUMABLE_CHANGES, RUN_FILES, prepare_run_dir
+from blocklab.training.rundir import RESUMABLE_CHANGES, RUN_FILES, discard_run, prepare_run_dir
 from blocklab.training.saving import restore_latest, write_checkpoint
 from blocklab.training.stall import stall_detector
 from blocklab.training.stopping import SignalFlag, diverged, divergence_message, interrupted, stall_message
 from blocklab.training.tasks import get_task
+from blocklab.training.threads import run_threads
 from blocklab.training.throughput import Throughput, flops_per_token, peak_for, peak_memory_mb
-from blocklab.training.trackers import open_trackers, require
+from blocklab.training.trackers import RUN_ARTIFACTS, open_trackers, require
 
 __all__ = ["RESUMABLE_CHANGES", "RUN_FILES", "Trainer", "prepare_run_dir", "train"]
 
@@ -54,6 +57,7 @@ class Trainer(StepMixin):
         self.resume = resume
         self.progress = progress
         t, dev = cfg.train, self.dist.device
+        torch.set_num_threads(run_threads(t.threads, cfg.model))  # train.threads; 0: auto (training/threads.py)
         if t.precision == "fp16" and dev.type == "cpu":
             raise UserError("train.precision=fp16 is not supported on CPU (too slow and unstable); use bf16 or fp32")
         self.task = get_task(cfg)
@@ -79,7 +83,7 @@ class Trainer(StepMixin):
         if not fsdp:
             self.model = self.model.to(dev)  # FSDP moves each unit to the device as it shards it, one at a time
         if t.activation_checkpointing:
-            parallel.checkpoint_activations(self.model)
+            checkpoint_activations(self.model)
         self.compiled = compiles(t, dev.type)
         if self.compiled:
             self.task.compile(self.model)
@@ -152,6 +156,7 @@ class Trainer(StepMixin):
             "attn_impl": attention_path(self.model, self.dist.device, self.compute_dtype()),
             "parallel": t.parallel if self.dist.enabled or t.parallel == "fsdp" else None,
             "grad_accum": t.grad_accum,
+            "threads": torch.get_num_threads(),
             "peak_memory_mb": self.dist.max(peak_memory_mb(self.dist.device)),
             "machine": run_machine(self.dist.device),
         }
@@ -167,6 +172,12 @@ class Trainer(StepMixin):
     def run(self) -> dict:
         try:
             return self._run()
+        except BaseException:
+            if self.dist.main and not self.resume and not self.state["tokens"]:
+                # A new run that failed before its first step (a tracker that cannot start, a bad URI, Ctrl-C):
+                # what it wrote would make the same command a refusal ("already holds a run"); it goes.
+                discard_run(self.out)
+            raise
         finally:
             self.dist.close()
 
@@ -232,7 +243,7 @@ class Trainer(StepMixin):
             summary = self.summary(status, done, {**stall.summary(), **extra})
         finally:
             # After the summary, which the trackers record; without one (an error) they mark the run failed.
-            logger.close(summary, [self.out / "config.toml", self.out / "summary.json"])
+            logger.close(summary, [self.out / name for name in RUN_ARTIFACTS])
         return summary
 
     def reads_step(self, done: int) -> bool:
@@ -336,5 +347,14 @@ def train(
     progress: bool | None = None,
     log=print,
 ) -> dict:
-    """Train one run into `out`; returns the summary (also written to summary.json)."""
-    return Trainer(cfg, Path(out), resume, overwrite, progress, log).run()
+    """Train one run into `out`; returns the summary (also written to summary.json). A run that fails before its
+    first step leaves no folder it made (rundir.discard_run): the same command can run again."""
+    out = Path(out)
+    made = not out.exists()
+    try:
+        return Trainer(cfg, out, resume, overwrite, progress, log).run()
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):  # only an empty folder: another process may have written there
+                out.rmdir()
+        raise

@@ -29,7 +29,7 @@ def preset_experiments(name):
             groups[g.name] = group(g.label, facts=group_facts(config), n_params=900 if "small" in g.name else 1000)
         ref = meta.get("target_run") or sweep.target_run or next(iter(groups))
         comps = {n: comparison() for n in groups if n != ref}
-        out[exp_name or name] = experiment(groups, comps, reference=ref)
+        out[exp_name or name] = experiment(groups, comps, reference=ref) | {"sizes": sweep.sizes or None}
     for name_, a, b in claim_pairs(out):
         out[name_]["contrasts"][f"{a} vs {b}"] = comparison()
     return out
@@ -66,6 +66,20 @@ def preset_experiments(name):
                 ("L4", "Zhou et al. (2024)", "value-residual-small_L4"),
             ],
         ),
+        (
+            "zoo",
+            [("zoo", "He & Hofmann (2024)", b) for b in ("v-skipinit", "shaped-vp", "sas", "sas-p", "sas-p-nonorm")]
+            + [
+                ("zoo", "Zhu et al. (2025)", "dyt"),
+                ("zoo", "Zhu et al. (2025)", "hyper-connections"),
+                ("zoo", "Kimi Team (2026)", "attn-res"),
+                ("zoo", "Shleifer et al. (2021)", "normformer"),
+                ("zoo", "Xie et al. (2025)", "hyper-connections"),
+                ("zoo", "OLMo et al. (2025)", "olmo2"),
+                ("zoo", "Allen-Zhu (2025)", "canon"),
+            ],
+        ),
+        ("scaling", [("scaling", "He & Hofmann (2024)", "sas-p"), ("scaling", "Xiao et al. (2025)", "muddformer")]),
     ],
 )
 def test_each_preset_asks_the_claims_of_its_groups(preset, expected):

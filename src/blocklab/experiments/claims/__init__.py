@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from blocklab.experiments.claims import answers, papers, stream
+from blocklab.experiments.claims import answers, papers, stream, successors
 from blocklab.experiments.claims.base import Context, Rule
 
-RULES: list[Rule] = [papers.HE_PER_STEP, papers.XIONG_WARMUP, *answers.RULES, *stream.RULES]
+RULES: list[Rule] = [papers.HE_PER_STEP, papers.XIONG_WARMUP, *answers.RULES, *stream.RULES, *successors.RULES]
 
 
 def _bindings(experiments: dict) -> list[tuple[Rule, str, dict]]:

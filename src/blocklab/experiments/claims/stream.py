@@ -29,6 +29,7 @@ from blocklab.experiments.claims.base import (
 from blocklab.experiments.claims.papers import params_text
 
 HC = "Zhu et al. (2025)"
+NORMFORMER = "Shleifer et al. (2021)"
 MHC = "Xie et al. (2025)"
 ATTN_RES = "Kimi Team (2026)"
 RESFORMER = "Zhou et al. (2024)"
@@ -36,6 +37,7 @@ GAIN_BOUND = 2.0  # the nearest round bound above mHC's reported 1.6
 SPEEDUPS = {
     "hyper-connections": (HC, 1.8, "1.8x faster convergence"),
     "attn-res": (ATTN_RES, 1.25, "a 1.25x compute advantage"),
+    "normformer": (NORMFORMER, 1.22, "22-43% faster to the same perplexity"),
 }
 
 

@@ -174,6 +174,7 @@ def describe(labelled: LabelledData, train: Encoded, val: Encoded) -> dict:
         "task_name": labelled.name,
         "metric": labelled.metric,
         "n_labels": labelled.n_labels,
+        "label_names": names,  # index = label (blocklab export names the outputs with them); None: regression
         "n_train": len(train.ids),
         "n_val": len(val.ids),
         "label_counts": counts,
