@@ -122,6 +122,16 @@ def test_extra_variants_are_compared_with_their_fp32_eager_baseline(capsys, fake
     assert "sas-p bf16 eager" in stdout and "tokens/s speedup" in stdout
 
 
+@pytest.mark.slow
+def test_muon_and_adamw_are_timed_in_the_same_rounds(capsys, fake_memory):
+    argv = ["--blocks", "pre-ln", "--shape", TINY, "--reps", "2", "--warmup", "1", "--peak-size", "32"]
+    assert run(*argv, "--device", "cpu", "--optimizer", "muon", "--vs-adamw") == 0
+    stdout = capsys.readouterr().out
+    assert "pre-ln fp32 eager muon" in stdout and "step time vs AdamW" in stdout
+    line = next(x for x in stdout.splitlines() if x.startswith("pre-ln fp32 eager muon  pre-ln fp32 eager"))
+    assert line.split()[7].endswith("x") and line.endswith(" ms")  # the ratio, then the range and the difference
+
+
 def test_help_documents_every_option_with_its_default(capsys):
     with pytest.raises(SystemExit):
         parse("--help")
@@ -138,6 +148,8 @@ def test_help_documents_every_option_with_its_default(capsys):
         "--device",
         "--extra",
         "--vs-fp32-eager",
+        "--optimizer",
+        "--vs-adamw",
     ):
         assert option in text
     assert "default: 5" in text and "pre-ln,sas,sas-p" in text

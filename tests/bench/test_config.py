@@ -8,7 +8,7 @@ import pytest
 
 from blocklab.bench.config import BenchConfig, Shape, Variant
 from blocklab.cli import bench as cli
-from blocklab.errors import ConfigError
+from blocklab.errors import ConfigError, UserError
 from blocklab.settings import KEY
 
 ONE = [Variant("pre-ln")]
@@ -72,6 +72,20 @@ def test_options_not_given_take_the_declared_defaults():
     cfg = cli.config_from_args(parse("--blocks", "sas-p", "--device", "cpu", "--precision", "bf16", "--vs-fp32-eager"))
     assert [v.label for v in cfg.variants] == ["sas-p bf16 eager", "sas-p fp32 eager"]
     assert cfg.scaling_precision == "bf16"
+
+
+def test_muon_variants_and_their_adamw_baselines():
+    cfg = cli.config_from_args(
+        parse("--blocks", "pre-ln,sas-p", "--device", "cpu", "--optimizer", "muon", "--vs-adamw")
+    )
+    labels = [v.label for v in cfg.variants]
+    assert labels == ["pre-ln fp32 eager muon", "sas-p fp32 eager muon", "pre-ln fp32 eager", "sas-p fp32 eager"]
+    cfg = cli.config_from_args(parse("--blocks", "sas-p", "--device", "cpu", "--extra", "sas-p:muon:materialized"))
+    assert cfg.variants[1] == Variant("sas-p", attn_impl="materialized", optimizer="muon")
+    with pytest.raises(UserError, match="--vs-adamw times Muon against AdamW: give --optimizer muon"):
+        cli.config_from_args(parse("--blocks", "sas-p", "--device", "cpu", "--vs-adamw"))
+    with pytest.raises(ConfigError, match=r"^--optimizer 'sgd' is not valid; choose one of: adamw, muon"):
+        Variant("pre-ln", optimizer="sgd")
 
 
 def test_help_comes_from_the_declarations(capsys):

@@ -58,6 +58,28 @@ def test_ratios_against_the_reference_and_against_fp32_eager():
     assert "vs_reference" not in rows[0] and "vs_fp32_eager" not in rows[1]
 
 
+def test_muon_is_timed_against_adamw_round_by_round():
+    rows = [row("pre-ln", "fp32 eager", 100.0, 117), row("pre-ln", "fp32 eager muon", 80.0, 117)]
+    rows[0]["timing"] = {"median_s": 1.0, "times_s": [1.0, 2.0, 1.0]}
+    rows[1]["timing"] = {"median_s": 1.25, "times_s": [1.25, 2.0, 1.5]}  # per round: 1.25, 1.0, 1.5
+    add_ratios(rows, "pre-ln")
+    vs = rows[1]["vs_adamw"]
+    assert vs["baseline"] == "pre-ln fp32 eager" and vs["step_time_ratio"] == 1.25  # the rounds' median
+    assert vs["ratio_range"] == [1.0, 1.5] and vs["extra_s"] == pytest.approx(0.25)
+    assert "vs_adamw" not in rows[0] and "vs_reference" not in rows[1]  # no Muon reference: no ratio
+
+
+def test_a_muon_step_steps_muon_and_adamw():
+    from blocklab.bench.step import Trainer
+    from blocklab.optimizers import MuonAdamW
+
+    t = Trainer(TINY, Variant("pre-ln", optimizer="muon"), "cpu")
+    before = [p.detach().clone() for p in t.model.parameters()]
+    t.step()
+    assert isinstance(t.optimizer, MuonAdamW)
+    assert all(not p.equal(q) for p, q in zip(t.model.parameters(), before))
+
+
 @pytest.mark.slow
 def test_memory_worker_measures_a_training_step_in_a_fresh_process():
     res = memory.run_worker(TINY, Variant("sas-p"), "cpu", warmup=1, measure=1)

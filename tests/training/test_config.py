@@ -29,6 +29,12 @@ def test_resolved_config_round_trips(tmp_path):
         (["--train.lr", "-1e-3"], ["train.lr"]),
         (["--train.steps", "10", "--train.warmup_steps", "20"], ["warmup_steps", "20"]),
         (["--train.optimizer", "lion"], ["lion", "adamw"]),
+        (["--train.optimizer", "lion"], ["train.optimizer", "muon"]),
+        (["--train.qk_clip", "0"], ["train.qk_clip=0.0", "positive"]),
+        (["--train.qk_clip", "-1"], ["train.qk_clip=-1.0", "positive"]),
+        (["--train.qk_clip", "5", "--model.block", "ngpt"], ["train.qk_clip=5.0", "'ngpt'", "nGPT normalises"]),
+        (["--train.qk_clip", "5", "--model.qk_norm", "true"], ["train.qk_clip=5.0", "'pre-ln'", "QK-norm"]),
+        (["--train.qk_clip", "5", "--model.block", "olmo2"], ["train.qk_clip=5.0", "'olmo2'", "QK-norm"]),
         (["--train.schedule", "step"], ["step", "inv_sqrt"]),
         (["--model.block", "gpt"], ["block", "gpt", "sas-p"]),
         (["--model.d_model", "100", "--model.n_heads", "3"], ["d_model", "n_heads"]),
@@ -44,6 +50,12 @@ def test_bad_values_are_user_errors_naming_the_field(args, words):
         load_config(None, args)
     for w in words:
         assert w in str(e.value)
+
+
+def test_qk_clip_is_off_by_default_and_a_refusal_is_a_value_error_for_library_callers():
+    assert TrainConfig().qk_clip is None and load_config(None, ["--train.qk_clip", "5"]).train.qk_clip == 5.0
+    with pytest.raises(ValueError, match=r"^train.qk_clip=5.0 does not apply to model.block='hybridnorm': .*QK-norm"):
+        RunConfig.from_dict({"model": {"block": "hybridnorm"}, "train": {"qk_clip": 5.0}})
 
 
 def test_missing_and_invalid_config_files(tmp_path):
@@ -70,3 +82,7 @@ def test_train_help_lists_the_choices_of_each_option():
     assert text["--model.norm"].endswith("one of: rmsnorm, layernorm, dyt, derf")
     assert text["--model.attn_gate"].endswith("one of: false, true, headwise")
     assert "sgd" in text["--train.optimizer"] and "one of" not in text["--model.d_model"]
+    assert text["--train.optimizer"].endswith("one of: adamw, adam, sgd, muon")
+    help_lines = describe_options().splitlines()
+    said = help_lines[help_lines.index(text["--train.optimizer"]) + 1]  # what it does, on the next line
+    assert "torch.optim.Muon" in said and "RMS-matched" in said

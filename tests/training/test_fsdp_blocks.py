@@ -6,12 +6,32 @@ All of it is one torchrun start (about 10 s of imports on 2 cores), made once fo
 block's sharded steps, then the bf16 and the translation runs (test_fsdp.train_together). The
 one-process runs (the bf16 reference, translate) run in the test process."""
 
+import json
+
 import pytest
 
 from blocklab.cli import main
-from tests.training.test_fsdp import base_overrides, losses, ok, summary, train_args, train_here, train_together
+from tests.training.test_fsdp import (
+    STEPS,
+    base_overrides,
+    losses,
+    ok,
+    summary,
+    train_args,
+    train_here,
+    train_together,
+)
 
 pytestmark = pytest.mark.slow
+
+
+def rows(run) -> list[dict]:
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+# Muon's bf16 Newton-Schulz on 2 processes against one: 9e-6 at most over the 20 steps, measured on this config
+# (a broken shard or a step on one shard's matrix alone would be off by far more than the bound).
+TOL_MUON = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +105,25 @@ def translation_overrides(root) -> dict:
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory, over):
-    """The torchrun start: every block's sharded steps (on stdout), the bf16 FSDP run (bf16-2) and the
-    translation run (translation); bf16-1, the bf16 run's one-process reference, trains in this process."""
+    """The torchrun start: every block's sharded steps (on stdout), the bf16 FSDP run (bf16-2), the
+    translation run (translation), the Muon runs (muon-2, and muon-half: its first half, then resumed from
+    its sharded checkpoint) and a QK-clip run (clip-2); bf16-1, muon-1 and clip-1, the one-process
+    references, train in this process."""
     root = tmp_path_factory.mktemp("fsdp-blocks")
-    bf16 = ["--train.precision", "bf16"]
+    bf16, fsdp, muon = ["--train.precision", "bf16"], ["--train.parallel", "fsdp"], ["--train.optimizer", "muon"]
     train_here(root / "bf16-1", over, bf16)
+    train_here(root / "muon-1", over, muon)
+    clip = ["--model.block", "pre-ln", "--train.qk_clip", "0.02"]  # pre-ln's logits pass 0.02 from the start
+    train_here(root / "clip-1", over, clip)
+    half = muon + fsdp + ["--train.steps", str(STEPS // 2)]
     p, _ = train_together(
         [
-            train_args(root / "bf16-2", over, bf16 + ["--train.parallel", "fsdp"]),
+            train_args(root / "bf16-2", over, bf16 + fsdp),
             train_args(root / "translation", translation_overrides(root)),
+            train_args(root / "muon-2", over, muon + fsdp),
+            train_args(root / "muon-half", over, half),  # then resumed to STEPS: a constant rate, steps may grow
+            train_args(root / "muon-half", over, muon + fsdp, resume=True),
+            train_args(root / "clip-2", over, clip + fsdp),
         ],
         prelude=EVERY_BLOCK,
     )
@@ -109,6 +139,33 @@ def test_bf16_mixed_precision_policy_trains_like_one_process_bf16(sharded):
     # FSDP gathers bf16 copies of the blocks' weights, gains and norm weights included, which autocast
     # leaves fp32: close, not equal (6e-4 at most, measured on this config)
     assert two == pytest.approx(one, abs=5e-3) and two[-1] < two[0] - 0.3
+
+
+def test_muon_steps_dtensor_shards_like_one_process_and_resumes_from_its_sharded_state(sharded):
+    """torch.optim.Muon on FSDP's DTensor shards: its Newton-Schulz iteration runs on the sharded momentum
+    (DTensor's ops gather what each product needs) in bf16, whose roundings fall otherwise when the sums come
+    in another order than one process's: close, not equal. The sharded checkpoint holds Muon's momentum and
+    AdamW's moments: the resumed run continues the uninterrupted one bit for bit (the same processes)."""
+    root, _ = sharded
+    s = summary(root / "muon-2")
+    assert (s["world_size"], s["parallel"], s["status"]) == (2, "fsdp", "completed")
+    one, two = losses(root / "muon-1"), losses(root / "muon-2")
+    assert len(one) == STEPS and one[-1] < one[0] - 0.3  # it learns
+    assert two == pytest.approx(one, abs=TOL_MUON)
+    assert losses(root / "muon-half") == two
+
+
+def test_qk_clip_reduces_the_maxima_over_processes_and_scales_the_shards(sharded):
+    """Every process sees its own rows of the batch: the heads' maxima are reduced (MAX) before the clip, so
+    that each shard of W^Q and W^K scales by the factor one process would take; a run clipping every step
+    trains as one process does, and logs the same maxima."""
+    root, _ = sharded
+    one, two = rows(root / "clip-1"), rows(root / "clip-2")
+    assert summary(root / "clip-2")["world_size"] == 2
+    assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], rel=1e-5)
+    for key in ("max_logit/L0", "max_logit/L1"):
+        assert [r[key] for r in two] == pytest.approx([r[key] for r in one], rel=1e-4)
+        assert one[0][key] > 0.02  # past tau at the first step: the clip acts
 
 
 def test_translation_under_fsdp_then_translate_in_one_process(sharded, tmp_path, capsys):

@@ -33,9 +33,12 @@ def counted(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("task", ["clm", "mlm"])
-def test_no_host_sync_between_reads(task, tmp_path, overrides, counted, monkeypatch):
+@pytest.mark.parametrize(
+    "task,train_kw", [("clm", {}), ("mlm", {}), ("clm", {"optimizer": "muon", "qk_clip": 0.01})], ids=str
+)
+def test_no_host_sync_between_reads(task, train_kw, tmp_path, overrides, counted, monkeypatch):
     overrides["model"]["task"] = task
+    overrides["train"].update(train_kw)  # Muon's step and QK-clip's maxima and scaling stay on the device too
     overrides["train"].update(steps=12, log_every=5, eval_every=100, checkpoint_every=100, grad_clip=1.0)
     per_step = []
     real = Trainer._timed_step

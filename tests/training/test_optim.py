@@ -46,6 +46,17 @@ def test_optimizers_leave_gains_out_of_weight_decay(name, cls):
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
 
 
+def test_muon_decays_its_matrices_and_the_embeddings_but_no_gain():
+    model = build_model(small_cfg("sas-p"))
+    opt = make_optimizer(model, TrainConfig(optimizer="muon", weight_decay=0.1))
+    muon, decay, no_decay = opt.param_groups
+    assert (muon["weight_decay"], decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.1, 0.0)
+    assert muon["adjust_lr_fn"] == "match_rms_adamw" and muon is opt.muon.param_groups[0]
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for p in decay["params"]} == {"tok.weight", "pos.weight"}
+    assert all(p.dim() == 2 for p in muon["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+
+
 def test_inv_sqrt_with_warmup_is_fairseqs_inverse_sqrt():
     f = factors(steps=200, warmup_steps=20, schedule="inv_sqrt")
     assert f[:20] == [pytest.approx((t + 1) / 20) for t in range(20)]  # linear warm-up to lr_max

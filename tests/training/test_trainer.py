@@ -41,7 +41,14 @@ def test_deterministic_for_a_seed(tmp_path, overrides):
     assert losses(tmp_path / "c") != losses(tmp_path / "a")
 
 
-def test_resume_is_bit_for_bit(tmp_path, overrides, monkeypatch):
+@pytest.mark.parametrize(
+    "block,train_kw",
+    [("sas-p", {}), ("sas-p", {"optimizer": "muon"}), ("pre-ln", {"optimizer": "muon", "qk_clip": 0.02})],
+    ids=["adamw", "muon", "muon-qk-clip"],  # pre-ln: its logits pass 0.02 from the start, so every step clips
+)
+def test_resume_is_bit_for_bit(tmp_path, overrides, monkeypatch, block, train_kw):
+    overrides["model"]["block"] = block
+    overrides["train"].update(train_kw)
     cfg = load_config(None, overrides)
     train(cfg, tmp_path / "full", progress=False)
     real_step = Trainer.train_step
@@ -122,6 +129,20 @@ def test_post_ln_without_warmup_at_large_lr_diverges_and_keeps_last_good_checkpo
     # the same model with a sane learning rate trains to the end
     overrides["train"].update(lr=1e-3)
     assert train(load_config(None, overrides), tmp_path / "ok", progress=False)["status"] == "completed"
+
+
+def test_muon_run_past_its_rate_diverges_as_adamw_does_and_keeps_the_last_good_checkpoint(tmp_path, overrides):
+    overrides["train"].update(
+        optimizer="muon", lr=1.0, warmup_steps=0, schedule="constant", grad_clip=0, checkpoint_every=1, steps=10
+    )
+    said = []
+    s = train(load_config(None, overrides), tmp_path / "r", progress=False, log=said.append)
+    assert s["status"] == "diverged" and s["diverged_step"] == s["step"] + 1
+    assert load_checkpoint(tmp_path / "r" / "checkpoints")["step"] == s["step"]
+    assert f"the last good checkpoint (step {s['step']}) is kept" in said[-1]
+    overrides["train"].update(lr=3e-3, steps=20)  # the same run at a sane rate learns
+    s = train(load_config(None, overrides), tmp_path / "ok", progress=False, log=said.append)
+    assert s["status"] == "completed" and losses(tmp_path / "ok")[-1] < losses(tmp_path / "ok")[0] - 0.2
 
 
 def test_run_directory_rules(tmp_path, overrides):

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from blocklab.attention.centring import centred_mean, centring_matrix
 from blocklab.attention.functional import attention_matrix, merge_heads, softmax_attention, split_heads
+from blocklab.attention.logits import ClipsLogits
 from blocklab.config import ModelConfig
 from blocklab.layers import Canon, InitRule, Linear, RMSNorm, WeightInit, canon_layer, gain
 
@@ -127,7 +128,7 @@ class KVCache:
             self.k, self.v = self.k[index], self.v[index]
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(ClipsLogits, nn.Module):
     """MHA(X, M) = concat_h(A_h V_h) W^P, A_h = softmax(mask(Q_h K_h^T / sqrt(d_h))), Q = X W^Q,
     K = M W^K, V = M W^V (SPEC section 1). Self-attention has M = X; a cross-attention (the translation
     decoder's, over the encoder output) takes M = `memory` with its padding mask. Both run the same
@@ -226,6 +227,7 @@ class MultiHeadAttention(nn.Module):
             q, (k, v) = self.queries(x), self.keys_values(memory)
         else:
             q, k, v = self.self_qkv(x, key_mask)
+        self.note_logits(q, k, self.causal, key_mask)  # train.qk_clip's maxima (attention/logits.py)
         out = softmax_attention(q, k, v, self.causal, key_mask, self.impl)
         if self.head_scale is not None:
             out = out * self.head_scale.view(1, -1, 1, 1).to(out.dtype)
@@ -255,7 +257,7 @@ class IdentityPlus(nn.Module):
         return self.alpha * x + self.beta * self.dW(x)
 
 
-class ShapedAttention(nn.Module):
+class ShapedAttention(ClipsLogits, nn.Module):
     """Per head: (alpha_h I + beta_h A_h(X) - gamma_h C) V_h, then the optional projection (He & Hofmann eq. 6).
 
     `value`/`proj` are None (SAS: V = X, no projection), an IdentityPlus, or a plain Linear
@@ -280,6 +282,9 @@ class ShapedAttention(nn.Module):
         if self.qk_norm is not None:
             q, k = self.qk_norm.q(q), self.qk_norm.k(k)
         v = split_heads(self.value(x) if self.value is not None else x, H)
+        # A_h's logits are q k^T / sqrt(d_h) as softmax attention's: QK-clip applies on every path (the fused
+        # kernel's too: the maxima come from these q and k).
+        self.note_logits(q, k, self.cfg.causal, key_mask)
         impl = resolve_impl(self.cfg.attn_impl, x.device, q.dtype)
         out = merge_heads(shaped_attention(q, k, v, self.alpha, self.beta, self.gamma, self.cfg.causal, key_mask, impl))
         return self.proj(out) if self.proj is not None else out

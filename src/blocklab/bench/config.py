@@ -1,4 +1,5 @@
-"""What a benchmark run measures: the shape, the variants (block x precision x compile) and the options.
+"""What a benchmark run measures: the shape, the variants (block x precision x compile x optimizer) and the
+options.
 
 Every user-facing check lives here and raises `UserError` with one line, so the CLI and
 `benchmarks/run_all.py` share the same validation: `Variant` and `BenchConfig` check their settings from
@@ -15,6 +16,7 @@ from blocklab.settings import setting, validate
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 ADAMW_IMPLS = ("fused", "foreach", "loop")
+OPTIMIZERS = ("adamw", "muon")  # train.optimizer's two that a benchmark times (blocklab/optimizers.py)
 ATTN_IMPLS = ("sdpa", "fused", "materialized", "auto")  # see ModelConfig.attn_impl
 
 # Short keys of --shape and the ModelConfig / batch field each one sets.
@@ -140,6 +142,13 @@ class Variant:
         choices=ATTN_IMPLS,
         option="--attn-impl",
     )
+    optimizer: str = setting(
+        "adamw",
+        help="the optimizer each step ends with: adamw, or muon (torch.optim.Muon on the blocks' matrices and "
+        "AdamW on the rest, as train.optimizer muon)",
+        choices=OPTIMIZERS,
+        option="--optimizer",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -147,12 +156,13 @@ class Variant:
     @property
     def label(self) -> str:
         extra = "" if self.attn_impl == "sdpa" else f" [{self.attn_impl}]"
-        return f"{self.block} {self.precision} {'compile' if self.compile else 'eager'}{extra}"
+        return f"{self.block} {self.mode}{extra}"
 
     @property
     def mode(self) -> str:
         """The block-independent part of the label: variants with equal modes are compared with each other."""
-        return f"{self.precision} {'compile' if self.compile else 'eager'}"
+        muon = " muon" if self.optimizer == "muon" else ""
+        return f"{self.precision} {'compile' if self.compile else 'eager'}{muon}"
 
 
 @dataclass
@@ -255,8 +265,8 @@ def parse_blocks(text: str) -> list[str]:
 
 
 def parse_variants(text: str) -> list[Variant]:
-    """`pre-ln:bf16:compile,sas-p:fp32` -> variants; tokens after the block: a precision, compile|eager,
-    sdpa|fused|materialized|auto, in any order (defaults fp32, eager, sdpa)."""
+    """`pre-ln:bf16:compile,sas-p:fp32:muon` -> variants; tokens after the block: a precision, compile|eager,
+    sdpa|fused|materialized|auto, adamw|muon, in any order (defaults fp32, eager, sdpa, adamw)."""
     from blocklab.blocks import REGISTRY
 
     out = []
@@ -272,10 +282,13 @@ def parse_variants(text: str) -> list[Variant]:
                 kw["compile"] = tok == "compile"
             elif tok in ATTN_IMPLS:
                 kw["attn_impl"] = tok
+            elif tok in OPTIMIZERS:
+                kw["optimizer"] = tok
             else:
                 raise UserError(
                     f"--extra: {tok!r} in {item!r} is not a precision ({', '.join(PRECISIONS)}), "
-                    f"compile|eager or an attention path ({', '.join(ATTN_IMPLS)})"
+                    f"compile|eager, an attention path ({', '.join(ATTN_IMPLS)}) or an optimizer "
+                    f"({', '.join(OPTIMIZERS)})"
                 )
         out.append(Variant(block, **kw))
     return out

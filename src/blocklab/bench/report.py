@@ -84,6 +84,23 @@ def speedup_table(result: dict, markdown: bool = False) -> str | None:
     return table(["variant", "baseline", "tokens/s speedup"], rows, markdown) if rows else None
 
 
+def adamw_table(result: dict, markdown: bool = False) -> str | None:
+    """Each Muon variant's step against the same step with AdamW (vs_adamw), timed in the same rounds."""
+    rows = [
+        [
+            r["label"],
+            r["vs_adamw"]["baseline"],
+            f"{r['vs_adamw']['step_time_ratio']:.3f}x",
+            "-".join(f"{x:.3f}" for x in r["vs_adamw"]["ratio_range"]),
+            f"{r['vs_adamw']['extra_s'] * 1e3:+.1f} ms",
+        ]
+        for r in result["rows"]
+        if r.get("vs_adamw")
+    ]
+    headers = ["variant", "AdamW baseline", "step time vs AdamW (median of rounds)", "range", "per step"]
+    return table(headers, rows, markdown) if rows else None
+
+
 def peak_table(result: dict, markdown: bool = False) -> str:
     rows = [
         [
@@ -157,9 +174,9 @@ def render_text(result: dict) -> str:
             "",
             step_table(result),
         ]
-        sp = speedup_table(result)
-        if sp:
-            parts += ["", sp]
+        for extra in (speedup_table(result), adamw_table(result)):
+            if extra:
+                parts += ["", extra]
         mem = next((r["memory_method"] for r in result["rows"] if r.get("memory_method")), None)
         if mem:
             parts += ["", f"peak memory: {mem}"]

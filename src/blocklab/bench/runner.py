@@ -10,6 +10,7 @@ reference block (pre-ln) in the same precision and compile mode, beside the FLOP
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -158,7 +159,9 @@ def make_row(v: Variant, shape, fl: dict, times: list[float], peak: dict, mem: d
 
 def add_ratios(rows: list[dict], reference: str) -> None:
     """`vs_reference`: speedup over the reference block in the same mode, its FLOPs ceiling and the fraction
-    reached; memory ratio. `vs_fp32_eager`: speedup of a bf16 / compiled variant over the same block in fp32 eager."""
+    reached; memory ratio. `vs_fp32_eager`: speedup of a bf16 / compiled variant over the same block (and
+    optimizer) in fp32 eager. `vs_adamw`: a Muon variant's step time over the same variant's with AdamW, the
+    median (and range) of the rounds' ratios, each round timing both, and the difference of the medians."""
     by = {(r["block"], r["mode"], r["attn_impl"]): r for r in rows}
     for r in rows:
         ref = by.get((reference, r["mode"], r["attn_impl"])) or by.get((reference, r["mode"], "sdpa"))
@@ -174,6 +177,17 @@ def add_ratios(rows: list[dict], reference: str) -> None:
             }
             if r["peak_memory_bytes"] and ref["peak_memory_bytes"]:
                 r["vs_reference"]["memory_ratio"] = r["peak_memory_bytes"] / ref["peak_memory_bytes"]
-        base = by.get((r["block"], "fp32 eager", r["attn_impl"]))
+        muon = " muon" if r["mode"].endswith(" muon") else ""
+        base = by.get((r["block"], "fp32 eager" + muon, r["attn_impl"]))
         if base is not None and base is not r:
             r["vs_fp32_eager"] = {"baseline": base["label"], "speedup": r["tokens_per_s"] / base["tokens_per_s"]}
+        adamw = by.get((r["block"], r["mode"].removesuffix(" muon"), r["attn_impl"])) if muon else None
+        if adamw is not None:
+            # The same step with AdamW, timed in the same rounds: paired, the ratio of each round's two times.
+            pairs = sorted(a / b for a, b in zip(r["timing"]["times_s"], adamw["timing"]["times_s"]))
+            r["vs_adamw"] = {
+                "baseline": adamw["label"],
+                "step_time_ratio": statistics.median(pairs),
+                "ratio_range": [pairs[0], pairs[-1]],
+                "extra_s": r["timing"]["median_s"] - adamw["timing"]["median_s"],
+            }

@@ -1,4 +1,5 @@
-"""One full training step of a variant: forward, backward, AdamW step (param_groups), zero_grad.
+"""One full training step of a variant: forward, backward, optimizer step (AdamW over param_groups, or Muon
+with AdamW), zero_grad.
 
 `Trainer` holds the model, the optimizer and one fixed random batch, so that timing, FLOP
 counting and the memory worker all run exactly the same step.
@@ -38,7 +39,7 @@ def make_adamw(groups: list[dict], impl: str = "fused") -> torch.optim.Optimizer
 
 
 class Trainer:
-    """Model, AdamW and a batch for one variant; `step()` runs one full training step."""
+    """Model, optimizer (the variant's) and a batch for one variant; `step()` runs one full training step."""
 
     def __init__(
         self,
@@ -62,7 +63,13 @@ class Trainer:
         self.model = build_model(cfg).to(device).train()
         self.params = count_parameters(self.model)
         self.inputs, self.labels = make_batch(shape, device, seq_len, seed)
-        self.optimizer = make_adamw(param_groups(self.model, 0.1), adamw) if optimizer else None
+        self.optimizer = None
+        if optimizer and variant.optimizer == "muon":  # train.optimizer muon, its AdamW part as `adamw` says
+            from blocklab.optimizers import muon_adamw
+
+            self.optimizer = muon_adamw(self.model, 1e-4, 0.1, lambda groups: make_adamw(groups, adamw))
+        elif optimizer:
+            self.optimizer = make_adamw(param_groups(self.model, 0.1), adamw)
         self.scaler = torch.amp.GradScaler(device) if variant.precision == "fp16" else None
         self.forward = torch.compile(self.model) if variant.compile else self.model
 

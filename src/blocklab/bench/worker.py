@@ -55,7 +55,7 @@ def measure(job: dict) -> dict:
     )
     warm = Trainer(
         tiny,
-        Variant(variant.block, variant.precision, False, variant.attn_impl),
+        Variant(variant.block, variant.precision, False, variant.attn_impl, variant.optimizer),
         device,
         optimizer=optimizer,
         adamw=job.get("adamw", "fused"),

@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from blocklab.attention.functional import merge_heads, softmax_attention, split_heads
+from blocklab.attention.logits import ClipsLogits
 from blocklab.blocks.hooks import ModelHooks
 from blocklab.config import ModelConfig
 from blocklab.layers import Scale, l2_normalise
@@ -35,8 +36,14 @@ def _normalise_rows(*linears: nn.Linear, dim: int) -> None:
         lin.weight.copy_(l2_normalise(lin.weight, dim))
 
 
-class NormalisedAttention(nn.Module):
+class NormalisedAttention(ClipsLogits, nn.Module):
     """softmax(sqrt(d_h) q k^T) v with q = s_qk Norm(q_h), k = s_qk Norm(k_h) (nGPT eqs. 15-16)."""
+
+    def qk_clip_refusal(self) -> str:
+        return (
+            "nGPT normalises each head's queries and keys onto the unit sphere, so scaling W^Q and W^K does not "
+            "change its logits (s_qk bounds them)"
+        )
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -129,6 +136,16 @@ class NGPT(nn.Module):
         self.mlp = NormalisedMLP(cfg)
         self.alpha_a = Scale(d, ALPHA_INIT, d**-0.5)
         self.alpha_m = Scale(d, ALPHA_INIT, d**-0.5)
+
+    def muon_matrices(self) -> list[nn.Parameter]:
+        """What train.optimizer muon gives Muon (model/params.py): the six matrices, W_q, W_k, W_v, W_o and the
+        MLP's [W_u; W_v] and W_o, as any block's. They live on the unit sphere, and after Muon's step as after
+        AdamW's the block's after_update hook puts them back there (SphereHooks, run by the trainer after every
+        optimizer step): Muon's orthogonalised step moves a row like any other step, the projection undoes
+        its change of length. The stored scalings alpha_A, alpha_M, s_qk and s_uv are vectors: AdamW's, whose
+        per-coordinate step their stored scaling is sized for (the authors' Sec. 2.5)."""
+        attn, mlp = self.attn, self.mlp
+        return [attn.q.weight, attn.k.weight, attn.v.weight, attn.proj.weight, mlp.fc1.weight, mlp.fc2.weight]
 
     def forward(self, x, key_mask=None):
         h = l2_normalise(x)  # a no-op after the first block, whose input is token + position embedding

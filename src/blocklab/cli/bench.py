@@ -14,8 +14,8 @@ from blocklab.errors import UserError
 DEFAULT_BLOCKS = "pre-ln,sas,sas-p"
 
 DESCRIPTION = """\
-Benchmark full training steps (forward, backward, AdamW step with param_groups, zero_grad)
-of several blocks at one shape, on one machine, in one run:
+Benchmark full training steps (forward, backward, optimizer step: AdamW with param_groups,
+or --optimizer muon, zero_grad) of several blocks at one shape, on one machine, in one run:
 
   tokens/s   batch * T / median step time. Blocks are timed interleaved (round-robin, the
              order rotating each round) after --warmup untimed steps each; the median and
@@ -26,6 +26,9 @@ of several blocks at one shape, on one machine, in one run:
              at --peak-size, before and after the timing, at the run's precision).
   vs ref     tokens/s over the reference block (pre-ln) in the same precision and mode,
              printed beside the ceiling FLOPs(ref)/FLOPs(block) and the fraction reached.
+  vs AdamW   with --optimizer muon --vs-adamw: each Muon variant's step time over the same
+             variant's with AdamW, the median (and range) of the rounds' ratios, each round
+             timing both, and the difference of the median steps.
   peak mem   each block alone in a fresh process: peak RSS minus the baseline on CPU,
              torch.cuda.max_memory_allocated on CUDA (see blocklab.bench.worker).
 
@@ -44,6 +47,7 @@ followed by overrides, e.g. he-codeparrot,batch=32.
 examples:
   blocklab bench --blocks pre-ln,sas-p --shape tiny --reps 3
   blocklab bench --blocks pre-ln,sas-p --precision bf16 --compile --vs-fp32-eager
+  blocklab bench --blocks pre-ln --shape tiny --optimizer muon --vs-adamw
   blocklab bench --blocks pre-ln,sas-p --shape d=256,heads=4,ff=1024,layers=2,batch=1 \\
       --memory-scaling 512,1024,2048,4096,8192 --scaling-only
 """
@@ -99,9 +103,16 @@ def add_parser(sub) -> None:
         default=None,
         metavar="VARIANTS",
         help="more variants timed in the same round-robin, comma-separated BLOCK[:PRECISION][:compile|eager]"
-        "[:sdpa|fused|materialized], e.g. pre-ln:bf16:compile,sas-p:bf16:compile (default: none)",
+        "[:sdpa|fused|materialized][:adamw|muon], e.g. pre-ln:bf16:compile,sas-p:bf16:compile (default: none)",
     )
     add_option(p, Variant, "attn_impl")
+    add_option(p, Variant, "optimizer")
+    p.add_argument(
+        "--vs-adamw",
+        action="store_true",
+        help="with --optimizer muon: also time every variant with AdamW in the same round-robin and report "
+        "Muon's step time against it, round by round",
+    )
     add_option(p, BenchConfig, "adamw")
     for name in ("reps", "steps", "warmup", "peak_size"):
         add_option(p, BenchConfig, name, metavar="N")
@@ -141,6 +152,8 @@ def _given(**values) -> dict:
 
 def config_from_args(args, argv: list[str] | None = None):
     """The BenchConfig the arguments describe (every check raises UserError)."""
+    from dataclasses import replace
+
     import torch
 
     from blocklab.bench.config import (
@@ -159,10 +172,15 @@ def config_from_args(args, argv: list[str] | None = None):
         torch.set_num_threads(to_int(args.threads, "--threads", 1))
     device = resolve_device(args.device)
     blocks = parse_blocks(args.blocks)
-    mode = _given(precision=args.precision, compile=args.compile, attn_impl=args.attn_impl)
+    mode = _given(precision=args.precision, compile=args.compile, attn_impl=args.attn_impl, optimizer=args.optimizer)
     variants = [Variant(b, **mode) for b in blocks]
+    if args.vs_adamw:
+        if all(v.optimizer == "adamw" for v in variants):
+            raise UserError("--vs-adamw times Muon against AdamW: give --optimizer muon")
+        variants += [p for p in (replace(v, optimizer="adamw") for v in variants) if p not in variants]
     if args.vs_fp32_eager:
-        variants += [p for p in (Variant(v.block, attn_impl=v.attn_impl) for v in variants) if p not in variants]
+        eager = (Variant(v.block, attn_impl=v.attn_impl, optimizer=v.optimizer) for v in variants)
+        variants += [p for p in eager if p not in variants]
     if args.extra:
         variants += parse_variants(args.extra)
     cfg = BenchConfig(

@@ -74,6 +74,7 @@ def group_facts(config) -> dict:
         "norm": config.model.norm,
         "warmup": config.train.warmup_steps > 0,
         "warmup_steps": config.train.warmup_steps,
+        "optimizer": config.train.optimizer,
         "task": config.model.task,
         "canon": config.model.canon,
     }

@@ -21,14 +21,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-OPTIMIZERS = ("adamw", "adam", "sgd")
+OPTIMIZERS = ("adamw", "adam", "sgd", "muon")
 SCHEDULES = ("constant", "linear", "cosine", "inv_sqrt")
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLELS = ("ddp", "fsdp")
 GRAD_SYNCS = ("every", "last")  # train.fsdp_grad_sync
 DEVICES = ("auto", "cpu", "cuda")
 TRACKERS = ("tensorboard", "mlflow", "wandb")  # training/trackers.py; mlflow and wandb are optional extras
-ADAM = only_where("optimizer", "adamw", "adam")  # the settings of Adam's (settings.applies)
+ADAM = only_where("optimizer", "adamw", "adam", "muon")  # the settings of Adam's, muon's AdamW part's too
 
 
 @dataclass
@@ -38,7 +38,13 @@ class TrainConfig:
         16, help="sequences per update, over all processes (split across ranks under torchrun)", min=1
     )
     lr: float = setting(1e-3, help="peak learning rate", min=0, min_exclusive=True)
-    optimizer: str = setting("adamw", help="the optimizer (sgd with train.momentum)", choices=OPTIMIZERS)
+    optimizer: str = setting(
+        "adamw",
+        help="the optimizer (sgd with train.momentum); muon: torch.optim.Muon on the blocks' hidden matrices, its "
+        "update RMS-matched to AdamW's so that train.lr serves both, and AdamW on the embeddings, head, gains, "
+        "norms, biases and scalars",
+        choices=OPTIMIZERS,
+    )
     schedule: str = setting(
         "linear",
         help="after the linear warm-up: constant, linear or cosine decay to zero, or inv_sqrt (fairseq's inverse_sqrt)",
@@ -47,10 +53,28 @@ class TrainConfig:
     warmup_steps: int | None = setting(
         None, help="linear warm-up from 0 to train.lr (0: none)", unit="steps", derived="5% of train.steps", min=0
     )
-    weight_decay: float = setting(0.1, help="decoupled weight decay (gains, norms and biases get none)", min=0)
-    beta1: float = setting(0.9, help="Adam's first-moment decay", min=0, max=1, max_exclusive=True, applies=ADAM)
-    beta2: float = setting(0.98, help="Adam's second-moment decay", min=0, max=1, max_exclusive=True, applies=ADAM)
+    weight_decay: float = setting(
+        0.1,
+        help="decoupled weight decay on every matrix (muon: on Muon's matrices as on AdamW's embeddings and "
+        "head); gains, norms, biases and scalars get none",
+        min=0,
+    )
+    beta1: float = setting(
+        0.9, help="Adam's first-moment decay (muon: its AdamW part's)", min=0, max=1, max_exclusive=True, applies=ADAM
+    )
+    beta2: float = setting(
+        0.98, help="Adam's second-moment decay (muon: its AdamW part's)", min=0, max=1, max_exclusive=True, applies=ADAM
+    )
     momentum: float = setting(0.9, help="optimizer=sgd only: momentum", min=0, applies=only_where("optimizer", "sgd"))
+    # Kimi K2's QK-clip (training/qk_clip.py, attention/logits.py): the per-layer maxima go to metrics.jsonl.
+    qk_clip: float | None = setting(
+        None,
+        help="QK-clip (Kimi K2) at this tau: after each step, a head whose largest attention logit on the batch "
+        "exceeded tau has its W^Q and W^K scaled by sqrt(tau / max) each; logs max_logit/L{l}",
+        derived="none: off",
+        min=0,
+        min_exclusive=True,
+    )
     grad_clip: float = setting(1.0, help="clip the global gradient norm to this (0: no clipping)", min=0)
     seed: int = setting(0, help="seeds the initialisation, the batch order and the masks")
     log_every: int = setting(10, help="a metrics.jsonl line every this many steps", unit="steps", min=1)
@@ -234,6 +258,14 @@ class RunConfig:
             raise UserError("train.init_from applies to model.task='classification' only (blocklab finetune)")
         if data.vocab_size > model.vocab_size:
             raise UserError(f"data.vocab_size={data.vocab_size} exceeds model.vocab_size={model.vocab_size}")
+        if train.qk_clip is not None:
+            from blocklab.model.logits import qk_clip_refusal  # torch and the blocks: only when asked for
+
+            why = qk_clip_refusal(model)
+            if why is not None:
+                raise ConfigError(
+                    f"train.qk_clip={train.qk_clip!r} does not apply to model.block={model.block!r}: {why}"
+                )
         return cls(model, data, train)
 
 

@@ -43,6 +43,14 @@ class Dist:
             self._keep(value)
         return value
 
+    def maximum(self, value: torch.Tensor) -> torch.Tensor:
+        """The elementwise largest of every process's tensor (on the device: nothing waits for it)."""
+        if self.enabled:
+            value = value.clone()
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+            self._keep(value)
+        return value
+
     def max(self, value: float) -> float:
         """The largest of every process's value."""
         if not self.enabled:

@@ -90,6 +90,8 @@ class StepMixin:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.qk_clip is not None:
+            self.qk_clip.step()  # train.qk_clip: before the block's hook, which has the last word on the weights
         self.model.after_optimizer_step()  # the block's after_update hook (blocks/hooks.py)
         self.optimizer.zero_grad(set_to_none=True)
         return (self.dist.sum(total) / n_global).detach()

@@ -1,4 +1,5 @@
-"""Optimizers (no weight decay on gains, norms, biases) and learning-rate schedules with warm-up."""
+"""Optimizers (no weight decay on gains, norms, biases; Muon with AdamW: blocklab/optimizers.py) and
+learning-rate schedules with warm-up."""
 
 from __future__ import annotations
 
@@ -7,14 +8,22 @@ import math
 import torch
 
 from blocklab.model import param_groups
+from blocklab.optimizers import muon_adamw
 from blocklab.training.config import TrainConfig
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """train.optimizer over the model: AdamW, Adam or SGD over param_groups, or muon (blocklab/optimizers.py):
+    torch.optim.Muon on the blocks' hidden matrices and this AdamW on the rest."""
+    if cfg.optimizer == "muon":
+        return muon_adamw(model, cfg.lr, cfg.weight_decay, lambda groups: _adam(torch.optim.AdamW, groups, cfg))
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
-    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return _adam(torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam, groups, cfg)
+
+
+def _adam(cls, groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
     try:
         # The fused kernel updates all tensors at once: 2-9x faster optimizer steps on CPU
         # than the default per-tensor loop (benchmarks/RESULTS.md).

@@ -24,6 +24,7 @@ from blocklab.training.config import RunConfig, compiles, describe_recipe, to_to
 from blocklab.training.logger import MetricsLogger, grad_values
 from blocklab.training.loop import StepMixin
 from blocklab.training.optim import make_optimizer
+from blocklab.training.qk_clip import QKClip
 from blocklab.training.rundir import RESUMABLE_CHANGES, RUN_FILES, discard_run, prepare_run_dir
 from blocklab.training.saving import restore_latest, write_checkpoint
 from blocklab.training.stall import stall_detector
@@ -91,6 +92,7 @@ class Trainer(StepMixin):
         self.forward = parallel.wrap(self.model, self.dist, t.parallel, t.precision, t.fsdp_grad_sync)
         self.sharded = parallel.is_sharded(self.model)  # FSDP: every process takes part in norms and saves
         self.optimizer = make_optimizer(self.model, t)
+        self.qk_clip = QKClip(self.model, t.qk_clip, self.dist, cfg.model.block) if t.qk_clip is not None else None
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
         self.grad_norms: dict[str, float] | None = None  # the last step's, on the steps that measure them
         self.pending: list[torch.Tensor] = []  # the losses of the updates since the last read, on the device
@@ -299,6 +301,8 @@ class Trainer(StepMixin):
             lr = self.optimizer.param_groups[0]["lr"]
             row = logger.train_row(done, sum(window) / len(window), lr, self.state, tokens, self.model)
             row["mfu"] = self.throughput.mfu(row["tokens_per_s"])
+            if self.qk_clip is not None:
+                row.update(self.qk_clip.values())  # this step's largest logit per layer, before its clip
             window.clear()
         if self.grad_norms is not None:
             row = dict(row or {"step": done}, **grad_values(self.grad_norms))

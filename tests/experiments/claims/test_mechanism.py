@@ -80,6 +80,15 @@ def preset_experiments(name):
             ],
         ),
         ("scaling", [("scaling", "He & Hofmann (2024)", "sas-p"), ("scaling", "Xiao et al. (2025)", "muddformer")]),
+        (
+            "optimizers",  # each paper's rule under AdamW, the rules restated for Muon under Muon
+            [
+                ("he-adamw", "He & Hofmann (2024)", "sas-p-adamw"),
+                ("he-adamw", "Zhu et al. (2025)", "dyt-adamw"),
+                ("he-muon", "He & Hofmann (2024)", "sas-p-muon"),
+                ("he-muon", "Xiong et al. (2020)", "post-ln_wu0-muon"),
+            ],
+        ),
     ],
 )
 def test_each_preset_asks_the_claims_of_its_groups(preset, expected):

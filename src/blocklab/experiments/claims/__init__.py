@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
-from blocklab.experiments.claims import answers, papers, stream, successors
-from blocklab.experiments.claims.base import Context, Rule
+from blocklab.experiments.claims import answers, optimizers, papers, stream, successors
+from blocklab.experiments.claims.base import Context, Rule, under_muon
 
-RULES: list[Rule] = [papers.HE_PER_STEP, papers.XIONG_WARMUP, *answers.RULES, *stream.RULES, *successors.RULES]
+RULES: list[Rule] = [
+    papers.HE_PER_STEP,
+    papers.XIONG_WARMUP,
+    *answers.RULES,
+    *stream.RULES,
+    *successors.RULES,
+    *optimizers.RULES,
+]
 
 
 def _bindings(experiments: dict) -> list[tuple[Rule, str, dict]]:
-    return [(rule, name, b) for name, exp in experiments.items() for rule in RULES for b in rule.find(exp)]
+    """Every (rule, experiment, binding): a rule asked under Muon in the experiments trained with it, the others
+    in the rest."""
+    return [
+        (rule, name, b)
+        for name, exp in experiments.items()
+        for rule in RULES
+        if rule.muon == under_muon(exp)
+        for b in rule.find(exp)
+    ]
 
 
 def claim_pairs(experiments: dict) -> list[tuple[str, str, str]]:

@@ -33,7 +33,9 @@ class Rule:
     """A claim's rule. `find(experiment)` -> bindings ({role: group}); `pairs(binding)` -> the (group, against)
     comparisons the rule reads beyond each group against the reference (they join the family);
     `judge(Context, binding)` -> (claim text, status, why). `measure`: the per-seed measure a rule tests on
-    its own (claims reading one measure form a family of their own)."""
+    its own (claims reading one measure form a family of their own). `muon`: the rule asks its claim under
+    Muon, in the experiments whose reference trains with train.optimizer muon; every other rule is asked in
+    the other experiments only (a paper's claim is judged under its own optimizer, claims/optimizers.py)."""
 
     key: str
     paper: str
@@ -42,6 +44,7 @@ class Rule:
     judge: Callable[[Context, dict], tuple[str, str, str]]
     pairs: Callable[[dict], list[tuple[str, str]]] = lambda binding: []
     measure: str | None = None
+    muon: bool = False
 
 
 @dataclass
@@ -87,6 +90,11 @@ def facts(group: dict) -> dict:
     return group.get("facts") or {}
 
 
+def under_muon(exp: dict) -> bool:
+    """Whether the experiment's reference trains with Muon (its facts' optimizer; none in older files)."""
+    return facts(exp["groups"][exp["reference"]]).get("optimizer") == "muon"
+
+
 def by_facts(exp: dict, **want) -> list[str]:
     """The groups whose facts match every `want` (in the experiment's order)."""
     return [n for n, g in exp["groups"].items() if all(facts(g).get(k) == v for k, v in want.items())]
@@ -101,6 +109,14 @@ def top(group: dict) -> float:
 def range_text(group: dict) -> str:
     r = group.get("trainable")
     return f"{group['label']} {'none' if r is None else f'{r[0]:g}..{r[1]:g}'}"
+
+
+def range_pair(ctx: Context, claim: str, a: str, b: str) -> tuple[str, tuple[str, str, str] | None]:
+    """Groups `a` and `b`'s trainable ranges as text, and the claim's answer where either's best is at the grid's
+    edge (inconclusive: the grid does not bracket it), else None."""
+    ranges = f"trainable {range_text(ctx.groups[a])} against {range_text(ctx.groups[b])}"
+    edge = ctx.edge(a, b)
+    return ranges, (claim, INCONCLUSIVE, f"best at the grid's edge for {', '.join(edge)}. {ranges}.") if edge else None
 
 
 def comparison_text(c: dict) -> str:

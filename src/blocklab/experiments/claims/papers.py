@@ -36,7 +36,7 @@ def params_text(g: dict, r: dict) -> str:
     return f"{g['n_params']:,} parameters against {r['n_params']:,} ({g['n_params'] / r['n_params'] - 1:+.0%})"
 
 
-def _he_judge(ctx: Context, b: dict) -> tuple[str, str, str]:
+def he_judge(ctx: Context, b: dict) -> tuple[str, str, str]:
     g, r = ctx.groups[b["group"]], ctx.groups[b["ref"]]
     # The parameter saving is part of the claim for the blocks that remove matrices (SAS, SAS-P); the
     # intermediate ones (V-SkipInit, the shaped value/projection) keep Pre-LN's count and claim the speed alone.
@@ -57,7 +57,7 @@ HE_PER_STEP = Rule(
     statement=non_inferiority("Pre-LN")
     + " A block with fewer parameters than Pre-LN claims the saving too (it is counted, not tested).",
     find=_he_find,
-    judge=_he_judge,
+    judge=he_judge,
 )
 
 

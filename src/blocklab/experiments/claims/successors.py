@@ -14,7 +14,7 @@ from blocklab.experiments.claims.base import (
     by_facts,
     comparison_text,
     facts,
-    range_text,
+    range_pair,
     top,
 )
 
@@ -33,10 +33,9 @@ def _pre_ln_reference(exp: dict) -> str | None:
 def _olmo2_judge(ctx: Context, b: dict) -> tuple[str, str, str]:
     claim = "OLMo 2's reordered norm trains stably at higher learning rates than Pre-LN"
     g, r = ctx.groups[b["group"]], ctx.groups[b["ref"]]
-    ranges = f"trainable {range_text(g)} against {range_text(r)}"
-    edge = ctx.edge(b["group"], b["ref"])
-    if edge:
-        return claim, INCONCLUSIVE, f"best at the grid's edge for {', '.join(edge)}. {ranges}."
+    ranges, at_edge = range_pair(ctx, claim, b["group"], b["ref"])
+    if at_edge:
+        return at_edge
     if ctx.failing(b["group"]) or ctx.test(b["group"], b["ref"]).get("verdict") in FAILING:
         return claim, NOT, f"OLMo 2 fails: {comparison_text(ctx.test(b['group'], b['ref']))}. {ranges}."
     status = HOLDS if top(g) > top(r) else NOT if top(g) < top(r) else INCONCLUSIVE

@@ -81,6 +81,8 @@ ORDER = (
     "stream-gpu",
     "warmup-answers",
     "warmup-answers-gpu",
+    "optimizers",
+    "optimizers-gpu",
 )
 _ALL = _load()
 PRESETS: dict[str, dict] = {n: _ALL[n] for n in ORDER if n in _ALL} | {n: s for n, s in _ALL.items() if n not in ORDER}
