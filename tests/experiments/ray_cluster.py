@@ -123,7 +123,7 @@ class RayCluster:
             env["RAY_AUTH_TOKEN_PATH"] = str(self.root / "no-token")
         return env
 
-    def _start(self, ip: str, args: list[str], prefix: list[str] = ()) -> Node:
+    def _start(self, ip: str, args: list[str], prefix: list[str] = (), env: dict | None = None) -> Node:
         name = f"n{self.started}"
         self.started += 1
         ports = free_ports(ip, 24)
@@ -150,7 +150,7 @@ class RayCluster:
                 [*prefix, str(RAY), "start", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=self.env(),
+                env={**self.env(), **(env or {})},
                 start_new_session=True,
             )
         node = Node(proc, ip, log, self.root / name)
@@ -183,8 +183,9 @@ class RayCluster:
         self.address = f"{ip}:{port}"
         return head
 
-    def add_worker(self, ip: str = "127.0.0.3", prefix: list[str] = ()) -> Node:
-        return self._start(ip, ["--address", self.address], list(prefix))
+    def add_worker(self, ip: str = "127.0.0.3", prefix: list[str] = (), env: dict | None = None) -> Node:
+        """A worker node; `prefix` runs its `ray start` under another command, `env` adds to its environment."""
+        return self._start(ip, ["--address", self.address], list(prefix), env)
 
     def remove(self, node: Node) -> None:
         """One node out of the cluster: its `ray start` ends its processes (the cluster marks it dead)."""

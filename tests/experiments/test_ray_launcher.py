@@ -256,17 +256,48 @@ def test_a_lost_node_is_survived_by_resuming_from_the_checkpoint(two_nodes, tmp_
 def test_a_node_that_cannot_write_the_folder_is_refused_before_any_run(cluster, tmp_path, overrides):
     out = tmp_path / "out"
     out.mkdir()
-    # A third node that sees the folder read-only: its own mount namespace, with the folder bound over itself.
-    mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
-    unshare = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
-    node = cluster.add_worker("127.0.0.4", prefix=[*unshare, "sh", "-c", mount, str(out)])
+    node, why = read_only_node(cluster, out, tmp_path)
     try:
         sweep = sweep_file(tmp_path, overrides, steps=6)
         proc, log = compare(cluster, sweep, out)
         assert finished(proc, log, timeout=240) == 2
         err = log.read_text().strip().splitlines()[-1]
-        assert "cannot write there (Read-only file system)" in err and "shared file system" in err, err
+        assert f"cannot write there ({why})" in err and "shared file system" in err, err
         assert not (out / "runs").exists() and not list(out.glob(".ray-check-*"))
     finally:
         cluster.remove(node)
     assert not alive(node.proc.pid)
+
+
+# A node whose Python is refused writes under one folder (where no mount namespace can be made: a CI runner
+# without user namespaces), as a node whose mount of the shared folder is read-only is.
+REFUSE_WRITES = """
+import builtins, errno, io, os
+_folder = os.environ["BLOCKLAB_TEST_READ_ONLY"]
+_open = io.open
+
+
+def _refusing(file, mode="r", *args, **kwargs):
+    if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+"):
+        if os.path.abspath(os.fspath(file)).startswith(_folder + os.sep):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(file))
+    return _open(file, mode, *args, **kwargs)
+
+
+builtins.open = io.open = _refusing
+"""
+
+
+def read_only_node(cluster, out: Path, tmp_path: Path):
+    """A third node that cannot write `out`, and the error it meets: its own mount namespace with the folder bound
+    read-only over itself where the kernel lets this user make one, else its Python refused writes there."""
+    unshare = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
+    if subprocess.run([*unshare, "true"], capture_output=True).returncode == 0:
+        mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
+        return cluster.add_worker("127.0.0.4", prefix=[*unshare, "sh", "-c", mount, str(out)]), "Read-only file system"
+    site = tmp_path / "refuse-writes"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(REFUSE_WRITES)
+    path = os.pathsep.join([str(site), cluster.env()["PYTHONPATH"]])
+    env = {"PYTHONPATH": path, "BLOCKLAB_TEST_READ_ONLY": str(out.resolve())}
+    return cluster.add_worker("127.0.0.4", env=env), "Permission denied"

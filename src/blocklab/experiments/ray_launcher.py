@@ -1,4 +1,5 @@
-"""`compare --launcher ray`: each run of a sweep is one Ray task on a Ray cluster (README, "On a cluster").
+"""`compare --launcher ray`: each run of a sweep is one Ray task on a Ray cluster (docs/sweeps.md#on-a-cluster;
+starting a cluster: the README, "On a cluster").
 
 The launcher is the local pool's twin (experiments/jobs.py, LocalLauncher): the sweep's phases hand it the runs
 to train and get their summaries back, so tuning, final seeds, sizes, verdicts and the report are the same
@@ -278,6 +279,8 @@ def train_task(config, run_dir: str, label: str, threads: int, sharing: dict) ->
     if status in FINISHED:
         return json.loads((path / "summary.json").read_text())
     os.environ["OMP_NUM_THREADS"] = str(threads)  # a run's train.threads 0 (auto) takes it, as in a local worker
+    if not ray.get_gpu_ids():  # Ray leaves a task that asked no GPU every GPU of its node: it trains on the CPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.set_num_threads(threads)
     node, host = ray.get_runtime_context().get_node_id(), socket.gethostname()
 
