@@ -121,7 +121,7 @@ def add_parser(sub) -> None:
         default="local",
         help="where the runs train: local (default: this machine, --jobs at a time) or ray (each run one Ray "
         "task on a Ray cluster, as many at once as its free CPUs/GPUs allow; needs pip install 'blocklab[ray]', "
-        "README 'On a cluster')",
+        "docs/sweeps.md#on-a-cluster; README 'On a cluster')",
     )
     p.add_argument(
         "--ray-address",
