@@ -1,4 +1,4 @@
-"""ModelConfig: every architectural choice, validated at construction (SPEC.md section 4)."""
+"""ModelConfig: every architectural choice, validated at construction (docs/models.md#the-model-config)."""
 
 from __future__ import annotations
 
