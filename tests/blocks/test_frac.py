@@ -37,7 +37,10 @@ def test_a_short_run_learns(kw):
 def test_fractions_must_divide_the_width():
     with pytest.raises(ConfigError, match="frac_fractions=3 does not divide d_model=32"):
         small_cfg("frac-connections", frac_fractions=3)
-    small_cfg("pre-ln", frac_fractions=3)  # another block ignores it
+    with pytest.raises(
+        ConfigError, match="frac_fractions=3 does not apply to block 'pre-ln'; it applies to: frac-connections"
+    ):
+        small_cfg("pre-ln", frac_fractions=3)  # another block has no fractions: refused, not ignored
 
 
 # --------------------------------------------------------------------------------- the paper's pseudocode
