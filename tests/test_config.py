@@ -51,3 +51,57 @@ def test_defaults_match_spec():
     assert not ModelConfig(task="mlm").causal
     assert ModelConfig(block="sas-p").resolved("beta_ff") == 0.1
     assert ModelConfig(block="sas-p").resolved("beta_sa") == 1.0
+
+
+def _block_only_knobs():
+    """(name, blocks it applies to, a value other than its default) for every setting only some blocks read."""
+    from dataclasses import MISSING, fields
+
+    from blocklab.settings import KEY, OnlyWhere
+
+    out = []
+    for f in fields(ModelConfig):
+        rule = f.metadata[KEY].applies
+        if isinstance(rule, OnlyWhere) and rule.key == "block":
+            d = f.default if f.default is not MISSING else f.default_factory()
+            choices = f.metadata[KEY].valid_choices()
+            other = next(c for c in choices if c != d) if choices else (not d) if isinstance(d, bool) else 2 * d or 1
+            out.append(pytest.param(f.name, rule.values, other, id=f.name))
+    return out
+
+
+def test_block_only_knobs_are_every_knob_of_one_block_family():
+    knobs = {p.values[0] for p in _block_only_knobs()}
+    assert {"beta_v", "hc_streams", "hc_dynamic", "frac_fractions", "laurel_rank", "attn_res_block"} <= knobs
+    assert {
+        "denseformer_dilation",
+        "value_residual_learnable",
+        "normformer_head_scale",
+        "hybridnorm_first_pre",
+    } <= knobs
+
+
+@pytest.mark.parametrize("name,blocks,value", _block_only_knobs())
+def test_a_block_only_knob_on_another_block_is_refused_naming_the_blocks_it_applies_to(name, blocks, value):
+    """hc_streams on a block without streams is one line naming the blocks that have them; the knob's own
+    blocks take the same value, and any block takes the default (a resolved config lists every setting)."""
+    with pytest.raises(ValueError) as e:
+        ModelConfig(block="pre-ln", **{name: value})
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg == f"{name}={value!r} does not apply to block 'pre-ln'; it applies to: {', '.join(blocks)}"
+    for block in blocks:
+        assert getattr(ModelConfig(block=block, **{name: value}), name) == value
+    default = ModelConfig.__dataclass_fields__[name].default
+    assert getattr(ModelConfig(block="pre-ln", **{name: default}), name) == default
+
+
+def test_a_block_only_knob_on_another_block_is_one_line_from_the_command_line():
+    from blocklab.errors import UserError
+    from blocklab.training.config import load_config
+
+    with pytest.raises(
+        UserError, match=r"hc_streams=8 does not apply to block 'pre-ln'; it applies to: hyper-connections, mhc"
+    ):
+        load_config(None, {"model": {"block": "pre-ln", "hc_streams": 8}})
+    assert load_config(None, {"model": {"block": "mhc", "hc_streams": 8}}).model.hc_streams == 8

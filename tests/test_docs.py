@@ -2,8 +2,8 @@
 what scripts/sync_docs.py generates from the files it names (verdicts.json, the claim rules).
 
 docs/ stays in step with the code: the block catalogue has one entry per registered block and option and none
-for anything else, the index links every page, no page leans on the outside specification, and every file, test,
-page and heading a document or the code names exists."""
+for anything else, the index links every page, no page and no module of src/ leans on the outside specification, and
+every file, test, page and heading a document or the code names exists."""
 
 import re
 import subprocess
@@ -86,6 +86,19 @@ def test_the_docs_index_links_every_page():
 def test_no_docs_page_cites_the_outside_specification():
     for page in PAGES:
         assert "SPEC" not in page.read_text(), f"{page.relative_to(ROOT)} mentions SPEC: say it in the docs' own words"
+
+
+def test_no_module_of_src_cites_the_outside_specification():
+    """The code cites docs/ (docs/models.md, docs/blocks.md#NAME, ...), never a file outside the repository."""
+    word = re.compile(r"\bSPEC\b")  # SPEC, SPEC.md; not SPECIAL_TOKENS
+    found = [
+        f"{source.relative_to(ROOT)}:{n}"
+        for source in sorted((ROOT / "src").rglob("*"))
+        if source.is_file() and source.suffix in {".py", ".toml", ".md", ".txt", ".json"}
+        for n, line in enumerate(source.read_text().splitlines(), 1)
+        if word.search(line)
+    ]
+    assert not found, f"these lines mention SPEC; cite the page of docs/ that says it: {found}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

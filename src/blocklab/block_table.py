@@ -156,7 +156,7 @@ BUILTIN_BLOCKS: dict[str, BlockFacts] = {
 
 
 def public_blocks() -> dict[str, BlockFacts]:
-    """The blocks of SPEC sections 2 and 2b, the ones --help lists, in registry order."""
+    """The blocks users train (docs/blocks.md), the ones --help lists, in registry order."""
     return {name: facts for name, facts in BUILTIN_BLOCKS.items() if facts.public}
 
 

@@ -1,4 +1,4 @@
-"""ModelConfig: every architectural choice, validated at construction (SPEC.md section 4)."""
+"""ModelConfig: every architectural choice, validated at construction (docs/models.md#the-model-config)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from blocklab.block_table import BUILTIN_BLOCKS, gain_default
 from blocklab.errors import ConfigError
 from blocklab.registry import PUBLIC_BLOCKS, REGISTRY, TASKS, block_names
-from blocklab.settings import only_where, setting, validate
+from blocklab.settings import KEY, OnlyWhere, only_where, setting, validate
 
 # Which block offers which task and whether dropout applies to it are facts of its BlockSpec (registry.py).
 NORMS = ("rmsnorm", "layernorm", "dyt", "derf")
@@ -24,6 +24,21 @@ CANON_SETS = tuple("".join(c for i, c in enumerate("ABCD") if k >> i & 1) for k 
 def only_blocks(*names: str):
     """A setting's `applies` rule: it means something to these blocks only (they alone read it)."""
     return only_where("block", *names)
+
+
+def misapplied_block_knob(cfg: ModelConfig) -> tuple[str, OnlyWhere] | None:
+    """The first block-only knob (an `only_blocks` rule) of `cfg` set away from its default on a block it means
+    nothing to: (its name, its rule), or None. The default passes anywhere: a resolved config lists every setting."""
+    for f in fields(cfg):
+        rule = f.metadata[KEY].applies if KEY in f.metadata else None
+        if (
+            isinstance(rule, OnlyWhere)
+            and rule.key == "block"
+            and not rule(vars(cfg))
+            and getattr(cfg, f.name) != f.default
+        ):
+            return f.name, rule
+    return None
 
 
 def has_gain(name: str):
@@ -271,6 +286,12 @@ class ModelConfig:
             raise ConfigError(
                 f"block={self.block!r} is not offered for task={self.task!r}; "
                 f"choose one of: {', '.join(b for b, s in REGISTRY.items() if self.task in s.tasks)}"
+            )
+        if (knob := misapplied_block_knob(self)) is not None:
+            name, rule = knob
+            raise ConfigError(
+                f"{name}={getattr(self, name)!r} does not apply to block {self.block!r}; "
+                f"it applies to: {', '.join(rule.values)}"
             )
         for name, default in (("beta_ff", spec.beta_ff), ("beta_sa", spec.beta_sa)):
             value = getattr(self, name)

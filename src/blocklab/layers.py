@@ -48,7 +48,7 @@ class Derf(nn.Module):
     package's rule for every parameter of fewer than 2 dimensions, model/params.py; the GPT-2 patch's
     nanoGPT optimizer decays only >= 2-D parameters too). The GPT-2 patch also multiplies the embedding by
     a learnable sqrt(d) (`shared_scale`) and starts a at 1.0: a recipe of that model, outside the layer,
-    not taken here (the layer is what SPEC 2c names; `derf_alpha` sets a's start)."""
+    not taken here (the layer is what docs/blocks.md#derf names; `derf_alpha` sets a's start)."""
 
     def __init__(self, d: int, alpha: float):
         super().__init__()

@@ -24,8 +24,9 @@ from blocklab.validate import choice
 # The tasks a model can be built for; each block's spec names those it offers.
 TASKS = ("clm", "mlm", "translation", "classification")
 
-# classic: Post-LN, Pre-LN and the parallel block (SPEC section 2); simplified: He & Hofmann's blocks;
-# successor: the published blocks of SPEC section 2b; ablation: a probe's contrast, not a block to train.
+# The families are the sections of docs/blocks.md: classic: Post-LN, Pre-LN and the parallel block; simplified:
+# He & Hofmann's blocks; successor: the published blocks that rearrange Post-LN and Pre-LN; stream: the blocks that
+# change the residual stream; ablation: a probe's contrast, not a block to train.
 FAMILIES = ("classic", "simplified", "successor", "stream", "ablation")
 
 # The options a block may take: two replacements of every norm layer (norm="dyt", norm="derf") and two changes
@@ -55,8 +56,8 @@ NORM_FREE_LAWS = ("identity", "sphere")
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
 _SETTING = re.compile(rf"({'|'.join(SECTIONS)})\.[a-z_][a-z0-9_]*")
-# Never part of a recipe: the learning rate is the tuned setting (SPEC section 10: every group at its own
-# best rate), and the block is what the recipe belongs to.
+# Never part of a recipe: the learning rate is the tuned setting (every group at its own best rate:
+# docs/verdicts.md#tuning-each-group-at-its-own-best-value), and the block is what the recipe belongs to.
 NOT_RECIPE = {
     "train.lr": "the learning rate is tuned, never a recipe",
     "model.block": "a recipe belongs to its block and cannot change it",
@@ -145,7 +146,7 @@ class BlockSpec:
     recipe       the block paper's training settings, as ("section.option", value) pairs ("train.weight_decay",
                  0.0): only what the paper states as part of its method and that differs from the package's
                  default; constants of the block itself live in its class. Applied to the settings a run leaves
-                 unset (training/config.py apply_recipe; SPEC section 10 for the order)
+                 unset (training/config.py apply_recipe; docs/sweeps.md#where-a-runs-settings-come-from)
     recipe_source  the paper section or table the recipe comes from ("Loshchilov et al. 2024, Sec. 2.6"),
                  required with a recipe and only with one
     """
@@ -215,7 +216,7 @@ class BlockSpec:
 
     @property
     def public(self) -> bool:
-        """A block of SPEC sections 2 and 2b (listed in BLOCKS), not an ablation for the probes."""
+        """A block users train (listed in BLOCKS and in docs/blocks.md), not an ablation for the probes."""
         return self.family != "ablation"
 
 

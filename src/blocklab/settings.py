@@ -269,9 +269,20 @@ def validate(obj, section: str | None = None) -> None:
             )
 
 
-def only_where(key: str, *values):
-    """An `applies` rule: the setting means something where its section's `key` is one of `values` only."""
-    return lambda c: c[key] in values
+@dataclasses.dataclass(frozen=True)
+class OnlyWhere:
+    """An `applies` rule: the setting means something where its section's `key` is one of `values` only. Kept as
+    data (not a lambda) so that an error can name the values it applies to."""
+
+    key: str
+    values: tuple
+
+    def __call__(self, c: typing.Mapping) -> bool:
+        return c[self.key] in self.values
+
+
+def only_where(key: str, *values) -> OnlyWhere:
+    return OnlyWhere(key, values)
 
 
 def applies(cls, name: str, values: typing.Mapping) -> bool:

@@ -47,7 +47,7 @@ def test_the_module_keeps_its_maxima_only_while_tracking_and_training():
     x = torch.randn(2, 6, 32)
     attn(x)
     assert attn.max_logits is None  # QK-clip off: nothing kept, no product computed
-    attn.tracks_logits = True
+    attn.track_logits()
     attn.eval()
     attn(x)
     assert attn.max_logits is None  # evaluation never counts

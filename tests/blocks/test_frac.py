@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from blocklab import build_model, param_groups
-from blocklab.blocks.frac import FracConnection
+from blocklab.blocks.frac import FracConnection, FracConnections
 from blocklab.errors import ConfigError
 from tests.blocks.test_successors import assert_learns, code_ids
 from tests.helpers import assert_causal, assert_padding_invariant, assert_same_logits_and_grads, randomize, small_cfg
@@ -37,7 +37,10 @@ def test_a_short_run_learns(kw):
 def test_fractions_must_divide_the_width():
     with pytest.raises(ConfigError, match="frac_fractions=3 does not divide d_model=32"):
         small_cfg("frac-connections", frac_fractions=3)
-    small_cfg("pre-ln", frac_fractions=3)  # another block ignores it
+    with pytest.raises(
+        ConfigError, match="frac_fractions=3 does not apply to block 'pre-ln'; it applies to: frac-connections"
+    ):
+        small_cfg("pre-ln", frac_fractions=3)  # another block has no fractions: refused, not ignored
 
 
 # --------------------------------------------------------------------------------- the paper's pseudocode
@@ -136,3 +139,19 @@ def test_dynamic_adds_a_norm_and_projections_per_fraction_width_and_static_parts
         "s_beta",
         "norm.weight",
     }
+
+
+def test_hc_mhc_and_frac_are_one_block_that_differs_in_its_connection_alone():
+    """One block class, Pre-LN's sub-layers inside a connection each: HC, mHC and Frac-Connections name their
+    connection (and where it is kept, the checkpoints' parameter names) and add no code of their own."""
+    from blocklab.blocks.hyper import MHC, ConnectedBlock, HyperConnection, HyperConnections, ManifoldHyperConnection
+
+    for block, connection, slot in (
+        (HyperConnections, HyperConnection, "hc"),
+        (MHC, ManifoldHyperConnection, "hc"),
+        (FracConnections, FracConnection, "frac"),
+    ):
+        assert issubclass(block, ConnectedBlock) and (block.connection, block.slot) == (connection, slot)
+        assert not {"__init__", "forward"} & set(vars(block)), block.__name__
+    wide = build_model(small_cfg("mhc", n_layers=2))
+    assert [type(c) for b in wide.blocks for c in b.hc] == [ManifoldHyperConnection] * 4

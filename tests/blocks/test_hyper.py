@@ -18,6 +18,7 @@ from blocklab.blocks.hyper import (
     sinkhorn_knopp,
     start_biases,
 )
+from blocklab.errors import ConfigError
 from tests.blocks.test_successors import assert_learns, code_ids
 from tests.helpers import assert_causal, randomize, small_cfg
 
@@ -46,9 +47,10 @@ def run_streams(model, ids):
 
 def pre_ln_and(block, n_layers=3, **kw):
     """A Pre-LN model off its init, and a `block` model with the same embeddings, sub-layers and norms (its
-    connections at init)."""
+    connections at init). The streams' own settings (hc_*) go to `block` alone: Pre-LN refuses them."""
+    shared = {k: v for k, v in kw.items() if not k.startswith("hc_")}
     torch.manual_seed(0)
-    pre = randomize(build_model(small_cfg("pre-ln", n_layers=n_layers, **kw)), seed=1, scale=0.2)
+    pre = randomize(build_model(small_cfg("pre-ln", n_layers=n_layers, **shared)), seed=1, scale=0.2)
     wide = build_model(small_cfg(block, n_layers=n_layers, **kw))
     loaded = wide.load_state_dict(pre.state_dict(), strict=False)
     assert loaded.unexpected_keys == [] and all(".hc." in k for k in loaded.missing_keys)
@@ -376,10 +378,11 @@ def test_sinkhorn_knopp():
 
 
 def test_mhc_is_always_dynamic():
-    """hc_dynamic is HC's only: mHC builds the same parameters with it off, phi among them."""
-    a, b = build_model(small_cfg("mhc")), build_model(small_cfg("mhc", hc_dynamic=False))
-    assert [n for n, _ in a.named_parameters()] == [n for n, _ in b.named_parameters()]
-    assert "blocks.0.hc.0.phi.weight" in dict(b.named_parameters())
+    """hc_dynamic is HC's only: mHC refuses it off, in one line naming the blocks that read it, and always
+    builds its dynamic projection phi."""
+    with pytest.raises(ConfigError, match="hc_dynamic=False does not apply to block 'mhc'; it applies to: hyper-con"):
+        small_cfg("mhc", hc_dynamic=False)
+    assert "blocks.0.hc.0.phi.weight" in dict(build_model(small_cfg("mhc")).named_parameters())
 
 
 # ---------------------------------------------------------------------------------------- weight decay

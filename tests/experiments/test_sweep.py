@@ -296,3 +296,16 @@ def test_bad_experiments_are_one_line_errors(changes, message):
 def test_an_experiment_tag_needs_an_experiments_table():
     with pytest.raises(UserError, match="run 'a' names experiment 'he', but the sweep has no \\[experiments\\]"):
         build_sweep({"runs": [{"name": "a", "label": "a", "experiment": "he"}]})
+
+
+def test_a_block_only_knob_in_a_sweeps_base_is_refused_for_the_run_whose_block_lacks_it():
+    """The base applies to every run: hc_streams there would be silently ignored by Pre-LN, so the sweep names
+    the run and the blocks the knob belongs to; set on the hyper-connections run alone, it plans."""
+    runs = [{"name": "pre-ln", "model.block": "pre-ln"}, {"name": "hc", "model.block": "hyper-connections"}]
+    with pytest.raises(
+        UserError, match=r"run 'pre-ln': hc_streams=2 does not apply to block 'pre-ln'; it applies to: "
+    ):
+        build_sweep({"name": "t", "base": {"model": {"hc_streams": 2}}, "runs": runs})
+    runs[1]["model.hc_streams"] = 2
+    s = build_sweep({"name": "t", "runs": runs})
+    assert [r.config.model.hc_streams for r in s.runs] == [4, 2]

@@ -129,7 +129,8 @@ def test_the_commands_task_table_is_the_librarys():
 @needs_hf
 def test_unknown_task_names_are_one_user_error(tmp_path):
     from blocklab.errors import UserError
-    from blocklab.hf.evaluation import harness_tasks, parse_tasks
+    from blocklab.hf.eval_store import parse_tasks
+    from blocklab.hf.harness import harness_tasks
 
     with pytest.raises(UserError, match="unknown blocklab task 'blocklab_nope': blocklab ships blocklab_val_bpb"):
         parse_tasks("blocklab_val_bpb, blocklab_nope")

@@ -269,3 +269,37 @@ def test_output_settings_of_the_config_and_of_the_call_are_followed(tmp_path):
         assert len(loaded(input_ids=ids).hidden_states) == 3
         as_tuple = loaded(input_ids=ids, return_dict=False)
     assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], loaded(input_ids=ids).logits)
+
+
+def test_the_task_to_auto_class_table_is_written_once_in_hf():
+    """Which Auto class loads which exported task is said once, by the classes in hf/modeling.py (`auto`, `tasks`,
+    `also_loads`): the registrations, an export's auto_map and its model card read it. No other module of
+    blocklab.hf names an Auto model class, and modeling.py names each once (docstrings aside)."""
+    import ast
+    from pathlib import Path
+
+    autos = {"AutoModel", "AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSequenceClassification"}
+    owners = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    named = []
+    for path in sorted(Path(hf.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, owners) and ast.get_docstring(n)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant):
+                name = node.value if id(node) not in docs else None
+            else:
+                name = getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "name", None)
+            if name in autos:
+                named.append((path.name, name))
+    assert sorted(named) == sorted(("modeling.py", a) for a in autos), named
+    mlm = {
+        "AutoModelForMaskedLM": "BlocklabForMaskedLM",
+        "AutoModelForSequenceClassification": "BlocklabForSequenceClassification",
+    }
+    assert {t: {a: c.__name__ for a, c in m.items()} for t, m in hf.modeling.AUTO_CLASSES.items()} == {
+        "clm": {"AutoModelForCausalLM": "BlocklabForCausalLM"},
+        "mlm": mlm,
+        "classification": {"AutoModelForSequenceClassification": "BlocklabForSequenceClassification"},
+    }
+    for task, cls in hf.HF_CLASSES.items():
+        assert AUTO[task]._model_mapping[hf.BlocklabConfig] is cls

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.distributed.tensor import DTensor, Replicate
 
 from blocklab.attention.functional import allowed_keys
 
@@ -45,6 +44,9 @@ def head_max_logits(q: torch.Tensor, k: torch.Tensor, causal: bool, key_mask=Non
 def scale_rows(param: torch.Tensor, rows: torch.Tensor) -> None:
     """param[r] *= rows[r] in place, for a Linear's (out, in) weight or (out,) bias; a sharded (FSDP) parameter
     scales each shard's rows by theirs."""
+    # imported here: torch.distributed.tensor imports torch._dynamo, seconds of every command's start
+    from torch.distributed.tensor import DTensor, Replicate
+
     if isinstance(param, DTensor):
         mesh = param.device_mesh
         rows = DTensor.from_local(rows, mesh, [Replicate()] * mesh.ndim, run_check=False)
@@ -74,7 +76,14 @@ class ClipsLogits:
         if self.tracks_logits and self.training:
             self._note(q, k, causal, key_mask)
 
-    @torch.compiler.disable  # a compiled block runs the forward's attention compiled and this eagerly
+    def track_logits(self) -> None:
+        """Keep each head's largest logit from now on. A compiled block runs the forward's attention compiled and
+        the note eagerly: torch.compiler.disable is applied here rather than as a decorator, which would import
+        the compiler (seconds) wherever an attention is imported."""
+        if not self.tracks_logits:
+            self.tracks_logits = True
+            self._note = torch.compiler.disable(self._note)
+
     def _note(self, q, k, causal, key_mask) -> None:
         m = head_max_logits(q.detach(), k.detach(), causal, key_mask)
         self.max_logits = m if self.max_logits is None else torch.maximum(self.max_logits, m)

@@ -27,7 +27,7 @@ def fused_unavailable(device: torch.device) -> str | None:
 
 def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
     """The attention path to run. "auto" is the fastest path measured correct on that kind of device
-    for that input precision (SPEC section 2; `blocklab check` and benchmarks/RESULTS.md): AUTO_IMPL,
+    for that input precision (docs/models.md#attention-paths; `blocklab check` and benchmarks/RESULTS.md): AUTO_IMPL,
     except that fp32 inputs keep sdpa where AUTO_IMPL names the fused kernel (it computes fp32 in
     TF32: 3e-3 relative gradient error on the H100 against 1e-6 for sdpa), and sdpa where the kernel
     cannot run (no Triton). Resolved per call, so a model keeps "auto" in its config and follows
@@ -129,10 +129,10 @@ class KVCache:
 
 
 class MultiHeadAttention(ClipsLogits, nn.Module):
-    """MHA(X, M) = concat_h(A_h V_h) W^P, A_h = softmax(mask(Q_h K_h^T / sqrt(d_h))), Q = X W^Q,
-    K = M W^K, V = M W^V (SPEC section 1). Self-attention has M = X; a cross-attention (the translation
-    decoder's, over the encoder output) takes M = `memory` with its padding mask. Both run the same
-    `softmax_attention` by the path `attn_impl` says (`impl`).
+    """MHA(X, M) = concat_h(A_h V_h) W^P, A_h = softmax(mask(Q_h K_h^T / sqrt(d_h))), Q = X W^Q, K = M W^K, V = M W^V
+    (docs/blocks.md#notation-and-what-every-block-shares). Self-attention has M = X; a cross-attention (the translation
+    decoder's, over the encoder output) takes M = `memory` with its padding mask. Both run the same `softmax_attention`
+    by the path `attn_impl` says (`impl`).
 
     `causal` defaults to the model's (cfg.causal); the translation decoder asks for a causal
     self-attention and a bidirectional cross-attention in a bidirectional-encoder model.
@@ -292,7 +292,7 @@ class ShapedAttention(ClipsLogits, nn.Module):
 
 def shaped_attention(q, k, v, alpha, beta, gamma, causal: bool, key_mask=None, impl: str = "sdpa") -> torch.Tensor:
     """(alpha_h I + beta_h A_h - gamma_h C) V_h for (B, H, T, d_h) inputs and (H,) gains, gamma
-    optional, by the path `impl` (He & Hofmann eq. 6; SPEC section 2, "Fast shaped attention")."""
+    optional, by the path `impl` (He & Hofmann eq. 6; docs/models.md#attention-paths)."""
     H, T = q.shape[1], q.shape[-2]
     if impl == "fused":
         return _fused().fused_shaped_attention(q, k, v, alpha, beta, gamma, causal, key_mask)

@@ -1,4 +1,4 @@
-"""Block registry. `BLOCKS` lists the user-facing names of SPEC.md sections 2 and 2b; `REGISTRY` maps
+"""Block registry. `BLOCKS` lists the user-facing names (docs/blocks.md, ablations aside); `REGISTRY` maps
 every block name (ablations included) to its `BlockSpec`, which every other module reads; `model_hooks`
 gives what a block asks of the token model around it (blocks/hooks.py)."""
 

@@ -1,5 +1,5 @@
-"""The residual-stream blocks of SPEC 2c whose sub-layers read a learned mix of every earlier output
-instead of one running sum: Attention Residuals and DenseFormer.
+"""The residual-stream blocks (docs/blocks.md#the-residual-stream) whose sub-layers read a learned mix of every earlier
+output instead of one running sum: Attention Residuals and DenseFormer.
 
 The state between blocks (blocks/hooks.py `enter`/`leave`) is a tuple whose first entry stacks the earlier
 outputs on a new leading axis, (n, B, T, d), and whose last entry is the (B, T, d) hidden state the next
@@ -41,7 +41,7 @@ class DepthAttention(nn.Module):
     mean of its sources) and one RMSNorm on the keys, which keeps a source of large magnitude from taking
     the softmax by its size alone (the paper's ablation "w/o RMSNorm"). The keys' norm is RMSNorm whatever
     the config's `norm` says, as in the paper, except under norm="dyt" or "derf", which replace every norm
-    layer (SPEC 2b, 2c). w is a vector, so it gets no weight decay, as the gains.
+    layer (docs/blocks.md#dyt, docs/blocks.md#derf). w is a vector, so it gets no weight decay, as the gains.
     """
 
     def __init__(self, cfg: ModelConfig):

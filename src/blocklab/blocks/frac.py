@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from blocklab.blocks.classic import ClassicBlock
-from blocklab.blocks.hyper import DynamicConnections, full_precision, sublayers
+from blocklab.blocks.hyper import ConnectedBlock, DynamicConnections, full_precision
 from blocklab.config import ModelConfig
 from blocklab.registry import register
 
@@ -28,7 +27,7 @@ class FracConnection(DynamicConnections):
     Y and A (Algorithm 2's `dynamic_alpha_fn` and `dynamic_alpha_scale`). Init (eq. 15): Y = A = I, B = 1, W = 0,
     s = 0.01."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, k: int = 0):  # every sub-layer's connection starts alike, whatever k
         m = cfg.frac_fractions
         eye = torch.eye(m)
         super().__init__(cfg, torch.cat([eye, eye], dim=1), cfg.d_model // m)
@@ -44,7 +43,7 @@ class FracConnection(DynamicConnections):
 
 
 @register("frac-connections", label="Frac-Connections", family="stream", colour="#fd8d3c", dropout=True)
-class FracConnections(ClassicBlock):
+class FracConnections(ConnectedBlock):
     """H <- B^T F(Norm(Y^T H)) + A^T H per sub-layer F, the d-wide state in m fractions (Zhu et al. 2025, eq. 8).
 
     m = `frac_fractions`; static or dynamic as Hyper-Connections (`hc_dynamic`). Each sub-layer
@@ -56,11 +55,5 @@ class FracConnections(ClassicBlock):
     docs/blocks.md#frac-connections.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int):
-        super().__init__(cfg, layer, n_norms=2)
-        self.frac = torch.nn.ModuleList(FracConnection(cfg) for _ in range(2))
-
-    def forward(self, h, key_mask=None):
-        attn, mlp = sublayers(self, key_mask)
-        h = self.frac[0](h, attn)
-        return self.frac[1](h, mlp)
+    connection = FracConnection
+    slot = "frac"

@@ -70,6 +70,25 @@ def sublayers(block: ClassicBlock, key_mask):
     )
 
 
+class ConnectedBlock(ClassicBlock):
+    """Pre-LN's two sub-layers, each inside a connection of its own that mixes the state around it: the one block
+    of Hyper-Connections, mHC and Frac-Connections, which differ only in their connection (`connection`, made as
+    `connection(cfg, k)` for sub-layer k = 2 layer + j, attention j = 0, MLP j = 1) and keep it under `slot`
+    (`hc`, `frac`: the checkpoints' parameter names). A subclass's docstring is its block's equation."""
+
+    connection: type[nn.Module]
+    slot = "hc"
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer, n_norms=2)
+        setattr(self, self.slot, nn.ModuleList(self.connection(cfg, 2 * layer + j) for j in range(2)))
+
+    def forward(self, state, key_mask=None):
+        attn, mlp = sublayers(self, key_mask)
+        around_attn, around_mlp = getattr(self, self.slot)
+        return around_mlp(around_attn(state, attn), mlp)
+
+
 # --------------------------------------------------------------------------------------- Hyper-Connections
 
 
@@ -133,7 +152,7 @@ class HyperConnection(DynamicConnections):
     dropout=True,
     model_hooks=STREAMS,
 )
-class HyperConnections(ClassicBlock):
+class HyperConnections(ConnectedBlock):
     """H <- B^T F(Norm(A_m^T H)) + A_r^T H per sub-layer F, n streams, final norm on their sum (Zhu et al. 2025, eq. 5).
 
     Init (eq. 14) A_m = e_(k mod n), A_r = I, B = 1, so every stream holds Pre-LN's residual stream at init:
@@ -148,14 +167,7 @@ class HyperConnections(ClassicBlock):
     No recipe: the paper trains HC with its baselines' OLMo settings, nothing of its own.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int):
-        super().__init__(cfg, layer, n_norms=2)
-        self.hc = nn.ModuleList(HyperConnection(cfg, 2 * layer + j) for j in range(2))
-
-    def forward(self, H, key_mask=None):
-        attn, mlp = sublayers(self, key_mask)
-        H = self.hc[0](H, attn)
-        return self.hc[1](H, mlp)
+    connection = HyperConnection
 
 
 # --------------------------------------------------------------------------------------------------- mHC
@@ -246,7 +258,7 @@ class ManifoldHyperConnection(nn.Module):
 
 
 @register("mhc", label="mHC", family="stream", colour="#a63603", dropout=True, model_hooks=STREAMS)
-class MHC(ClassicBlock):
+class MHC(ConnectedBlock):
     """x <- H_res^T x + H_post^T F(Norm(H_pre x)) per sub-layer F, H_res doubly stochastic (Xie et al. 2025, eqs. 3, 7-9).
 
     Always dynamic (`hc_dynamic` is HC's only). n streams as HC, output N_f(sum of the streams). The
@@ -257,11 +269,4 @@ class MHC(ClassicBlock):
     with its baselines' settings, nothing of its own.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int):
-        super().__init__(cfg, layer, n_norms=2)
-        self.hc = nn.ModuleList(ManifoldHyperConnection(cfg, 2 * layer + j) for j in range(2))
-
-    def forward(self, x, key_mask=None):
-        attn, mlp = sublayers(self, key_mask)
-        x = self.hc[0](x, attn)
-        return self.hc[1](x, mlp)
+    connection = ManifoldHyperConnection

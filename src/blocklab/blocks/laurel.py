@@ -65,7 +65,7 @@ class LowRank(nn.Module):
 class Laurel(ClassicBlock):
     """u = x + MHA(Norm(x)) + B_1 A_1 x; y = u + MLP(Norm(u)) + B_2 A_2 u (LAuReL-LR, Menghani et al. 2024, eq. 3).
 
-    One low-rank pair per sub-layer (SPEC 2c: F the pre-normed sub-layer, attention and MLP each), of rank
+    One low-rank pair per sub-layer (docs/blocks.md#laurel: F the pre-normed sub-layer, attention and MLP each), of rank
     r = `laurel_rank` (default 32, within the best r in {16, 32} of the paper's rank sweep, Sec. 3.3; its
     LLMs use 4 and 64), 2 r d parameters each (Sec. 2.2). The paper lets f be any sub-layer or group of them
     (Fig. 2) and does not say which residual connections of its LLMs carry LAuReL. The low-rank path reads

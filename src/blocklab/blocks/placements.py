@@ -1,5 +1,6 @@
-"""The last norm placements of SPEC 2c: HybridNorm (Zhuo et al. 2025, arXiv 2503.04598; official code
-BryceZhuo/HybridNorm) and ResiDual (Xie et al. 2023, arXiv 2304.14802; official code microsoft/ResiDual).
+"""The last norm placements (docs/blocks.md#norm-placements-and-initialisations): HybridNorm (Zhuo et al. 2025, arXiv
+2503.04598; official code BryceZhuo/HybridNorm) and ResiDual (Xie et al. 2023, arXiv 2304.14802; official code
+microsoft/ResiDual).
 
 Both mix Pre-LN and Post-LN inside one stack. HybridNorm normalises inside the attention (each head's
 queries, keys and values) instead of before it, and puts the MLP's norm after the attention's residual sum;

@@ -10,9 +10,9 @@ from blocklab.config import ModelConfig
 from blocklab.layers import MLP, gain, norm_layer
 from blocklab.registry import DEFAULT_OPTIONS, Predictions, register
 
-# SPEC 2c's attn_gate gates softmax attention's output before W^O (Qiu et al. 2025). Shaped attention is not
-# that: SAS has no W^O, and a gate (sigmoid, about 1/2 at init) would undo the identity at init these blocks
-# are built on, so they refuse it; norm="dyt" / "derf" and qk_norm (a zero query stays zero) apply.
+# attn_gate (docs/blocks.md#attn_gate) gates softmax attention's output before W^O (Qiu et al. 2025). Shaped attention
+# is not that: SAS has no W^O, and a gate (sigmoid, about 1/2 at init) would undo the identity at init these blocks are
+# built on, so they refuse it; norm="dyt" / "derf" and qk_norm (a zero query stays zero) apply.
 SHAPED_OPTIONS = tuple(o for o in DEFAULT_OPTIONS if o != "attn_gate")
 
 # The probes' source for every prediction below: shaped attention is the identity at init (He & Hofmann),

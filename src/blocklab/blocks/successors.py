@@ -1,5 +1,5 @@
-"""The successors of SPEC section 2b that rearrange Post-LN / Pre-LN: ReZero, Peri-LN, Mix-LN, LayerNorm
-Scaling and He et al.'s outlier-protected block. DeepNorm and nGPT have files of their own.
+"""The successors that rearrange Post-LN / Pre-LN (docs/blocks.md#successors-that-rearrange-post-ln-and-pre-ln): ReZero,
+Peri-LN, Mix-LN, LayerNorm Scaling and He et al.'s outlier-protected block. DeepNorm and nGPT have files of their own.
 
 Choices the papers leave open, settled by the authors' code (each written down at its class):
 - ReZero: one scalar per layer, shared by both sub-layers (majumderb/rezero, `RZTXEncoderLayer.resweight`).
@@ -122,8 +122,8 @@ class OP(nn.Module):
     them), RMSNorm with a learned gain on each head's queries and keys, a norm on the first block's
     attention input only (its skip carries the raw embedding) and the final norm (`qk_norm=True` is
     then what it always is). op.yaml leaves the gains frozen, with `trainable_*_block_gains` as a
-    commented-out option; SPEC section 2b asks for trainable gains, so they train here (no weight
-    decay, as every gain). Both norms are the config's kind (RMSNorm by default); the authors' GPT-2
+    commented-out option; here they train (docs/blocks.md#op), with no weight decay, as every
+    gain. Both norms are the config's kind (RMSNorm by default); the authors' GPT-2
     uses LayerNorm (`--model.norm layernorm`)."""
 
     def __init__(self, cfg: ModelConfig, layer: int):

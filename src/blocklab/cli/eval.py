@@ -68,7 +68,8 @@ def run(args) -> int:
         raise UserError(f"--batch-size {args.batch_size} is not valid; give a number of sequences (>= 1)")
     import_extra("lm_eval", "eval", "blocklab eval")
     import_extra("transformers", "eval", "blocklab eval")
-    from blocklab.hf.evaluation import evaluate, table_rows
+    from blocklab.hf.eval_store import table_rows
+    from blocklab.hf.evaluation import evaluate
 
     record = evaluate(args.run, args.tasks, args.step, args.limit, args.batch_size, args.device, log=status)
     how = "stored earlier with the same settings" if record["reused"] else "written"

@@ -1,4 +1,4 @@
-"""Data pipeline: corpora, byte-level BPE tokenizer, cache, clm / mlm batches (SPEC section 7)."""
+"""Data pipeline: corpora, byte-level BPE tokenizer, cache, clm / mlm batches (docs/models.md#data)."""
 
 from __future__ import annotations
 

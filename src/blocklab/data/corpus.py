@@ -52,7 +52,8 @@ class Corpus:
     def unigram_eval_loss(self) -> float:
         """Cross-entropy (nats) of the validation split under the training split's token frequencies
         (add-one smoothed, so a token unseen in training costs a finite amount): the eval loss of a model
-        that learned only unigram statistics. A sweep's failed runs score it (SPEC 10's cap)."""
+        that learned only unigram statistics. A sweep's failed runs score it (the cap:
+        docs/verdicts.md#runs-completed-or-failed)."""
         if "unigram_eval_loss" not in self.stats:
             v = self.vocab_size
             counts = np.bincount(self.train, minlength=v).astype(np.float64)

@@ -1,5 +1,5 @@
 """The data of `task="classification"`: an embedded code task (data/codetasks/) or GLUE-layout data
-(data/glue.py), by `data.source` (SPEC section 7).
+(data/glue.py), by `data.source` (docs/models.md#data).
 
 The code tasks are built from Python files that the pre-training run never trained on. The pool is
 the running environment's Python files (`source="python"`: the standard library and the installed

@@ -1,4 +1,4 @@
-"""Labelled examples for `task="classification"` (SPEC sections 3 and 7): one text or a text pair
+"""Labelled examples for `task="classification"` (docs/models.md#data): one text or a text pair
 and a label, from an embedded code task (data/codetasks/) or GLUE-layout data (data/glue.py)."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def stored_records(stage: EvalStage, out: Path, runs) -> dict:
     """{run name: record} of the runs' stored evaluations with the stage's settings (None where there is none;
     all None where the hf extra is not installed: nothing was evaluated here)."""
     try:
-        from blocklab.hf import evaluation
+        from blocklab.hf import eval_store
     except ModuleNotFoundError:
         return {r.name: None for r in runs}
-    return {r.name: evaluation.stored_result(out / "runs" / r.name, stage.tasks, stage.limit) for r in runs}
+    return {r.name: eval_store.stored_result(out / "runs" / r.name, stage.tasks, stage.limit) for r in runs}

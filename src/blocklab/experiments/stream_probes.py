@@ -25,8 +25,8 @@ MEASURES_VERSION = 2
 
 
 def wants_probes(block: str, gated: bool = False) -> bool:
-    """The runs measured: the residual-stream family of SPEC 2c, Pre-LN (the reference they all start from and
-    the ungated side of the gate's comparison), and any run with gated attention (`gated`)."""
+    """The runs measured: the residual-stream family (docs/blocks.md#the-residual-stream), Pre-LN (the reference they
+    all start from and the ungated side of the gate's comparison), and any run with gated attention (`gated`)."""
     spec = REGISTRY.get(block)
     return gated or block == "pre-ln" or (spec is not None and spec.family == "stream")
 

@@ -1,7 +1,7 @@
-"""Sweeps: a base run config, a grid and/or a list of runs (the groups); each run is an ordinary, resumable
-training run. A tuned experiment (SPEC 10, experiments/tuning.py) runs each group over its grid on the tuning
-seeds, then at its own best value on the final seeds: `Sweep.final_runs(best)` names those runs once the best
-values are known."""
+"""Sweeps: a base run config, a grid and/or a list of runs (the groups); each run is an ordinary, resumable training
+run. A tuned experiment (docs/verdicts.md#tuning-each-group-at-its-own-best-value, experiments/tuning.py) runs each
+group over its grid on the tuning seeds, then at its own best value on the final seeds: `Sweep.final_runs(best)` names
+those runs once the best values are known."""
 
 from __future__ import annotations
 
@@ -356,8 +356,9 @@ def _tunes(spec: dict, seeds) -> dict:
 
 
 def _apply_recipes(groups: list[GroupSpec], base: dict, cli: dict) -> None:
-    """Each group's block recipe, in effect where neither the group nor the command line sets the key (SPEC 10:
-    package defaults < sweep base < block recipe < the group's own settings < command line)."""
+    """Each group's block recipe, in effect where neither the group nor the command line sets the key
+    (docs/sweeps.md#where-a-runs-settings-come-from: package defaults < sweep base < block recipe < the group's own
+    settings < command line)."""
     for g in groups:
         block = (
             g.overrides.get("model", {}).get("block")

@@ -10,17 +10,12 @@ from this package (remote.py). Importing `blocklab` itself never imports `transf
 
 from __future__ import annotations
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForSequenceClassification,
-)
+import transformers
 
 from blocklab.hf import remote
 from blocklab.hf.configuration import MODEL_TYPE, BlocklabConfig
 from blocklab.hf.modeling import (
+    HEADS,
     HF_CLASSES,
     BlocklabForCausalLM,
     BlocklabForMaskedLM,
@@ -29,11 +24,9 @@ from blocklab.hf.modeling import (
     BlocklabPreTrainedModel,
 )
 
-AutoConfig.register(MODEL_TYPE, BlocklabConfig, exist_ok=True)
-AutoModel.register(BlocklabConfig, BlocklabModel, exist_ok=True)
-AutoModelForCausalLM.register(BlocklabConfig, BlocklabForCausalLM, exist_ok=True)
-AutoModelForMaskedLM.register(BlocklabConfig, BlocklabForMaskedLM, exist_ok=True)
-AutoModelForSequenceClassification.register(BlocklabConfig, BlocklabForSequenceClassification, exist_ok=True)
+transformers.AutoConfig.register(MODEL_TYPE, BlocklabConfig, exist_ok=True)
+for cls in (BlocklabModel, *HEADS):  # each with the Auto class it names (modeling.py's task table)
+    getattr(transformers, cls.auto).register(BlocklabConfig, cls, exist_ok=True)
 # blocklab's own classes write the folder's code on save_pretrained (a folder's copy leaves it to transformers).
 BlocklabPreTrainedModel.code_writer = remote
 

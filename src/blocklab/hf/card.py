@@ -7,13 +7,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from blocklab.hf.modeling import HF_CLASSES
 from blocklab.training.config import RunConfig
 
-AUTO = {
-    "clm": "AutoModelForCausalLM",
-    "mlm": "AutoModelForMaskedLM",
-    "classification": "AutoModelForSequenceClassification",
-}
 WHAT = {"clm": "causal language model", "mlm": "masked language model", "classification": "sequence classifier"}
 CORPORA = {
     "stdlib": "the Python standard library's source (blocklab's embedded corpus)",
@@ -67,7 +63,7 @@ def score_lines(task: str, summary: dict, val_fraction: float) -> list[str]:
 
 def model_card(info: dict, cfg: RunConfig, summary: dict, config) -> str:
     task, m, d, t = info["task"], cfg.model, cfg.data, cfg.train
-    auto = AUTO[task]
+    auto = HF_CLASSES[task].auto
     labels = ""
     if task == "classification" and getattr(config, "id2label", None):
         labels = f" over the labels {', '.join(f'`{v}`' for v in config.id2label.values())}"

@@ -33,6 +33,10 @@ class BlocklabPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     tasks: tuple[str, ...] = ()  # the ModelConfig tasks a subclass wraps
+    # The transformers Auto class that loads it (hf/__init__.py registers it there; an export's auto_map and model
+    # card name it), and the tasks of the exported folders it loads besides its own (`adapt` turns their config).
+    auto = ""
+    also_loads: tuple[str, ...] = ()
     # What save_pretrained writes besides transformers' own files: blocklab.hf sets it for blocklab's classes (the
     # folder's own code, generated from the package); a class loaded from such a folder leaves it to transformers,
     # which copies the folder's modules with it.
@@ -141,6 +145,7 @@ class BlocklabModel(BlocklabPreTrainedModel):
     the embedding output, then each block's output."""
 
     tasks = ("clm", "mlm", "classification")
+    auto = "AutoModel"
 
     def get_output_embeddings(self):
         return None
@@ -154,6 +159,7 @@ class BlocklabModel(BlocklabPreTrainedModel):
 
 class BlocklabForCausalLM(BlocklabPreTrainedModel, GenerationMixin):
     tasks = ("clm",)
+    auto = "AutoModelForCausalLM"
 
     def forward(
         self, input_ids, attention_mask=None, labels=None, output_hidden_states=None, return_dict=None, **kwargs
@@ -184,6 +190,7 @@ class BlocklabForCausalLM(BlocklabPreTrainedModel, GenerationMixin):
 
 class BlocklabForMaskedLM(BlocklabPreTrainedModel):
     tasks = ("mlm",)
+    auto = "AutoModelForMaskedLM"
 
     def forward(
         self, input_ids, attention_mask=None, labels=None, output_hidden_states=None, return_dict=None, **kwargs
@@ -200,6 +207,8 @@ class BlocklabForSequenceClassification(BlocklabPreTrainedModel):
     draws it, the language-model head left out."""
 
     tasks = ("classification",)
+    auto = "AutoModelForSequenceClassification"
+    also_loads = ("mlm",)  # a masked LM's encoder, with a fresh head
 
     def adapt(self, config: BlocklabConfig) -> None:
         if config.problem_type == "multi_label_classification":
@@ -225,18 +234,10 @@ class BlocklabForSequenceClassification(BlocklabPreTrainedModel):
         )
 
 
-HF_CLASSES = {
-    "clm": BlocklabForCausalLM,
-    "mlm": BlocklabForMaskedLM,
-    "classification": BlocklabForSequenceClassification,
-}
-# The Auto classes each exported task loads with (every one also loads with AutoModel); an mlm folder's encoder
-# also starts a classifier, as transformers' fine-tuning does.
-AUTO_CLASSES = {
-    "clm": {"AutoModelForCausalLM": BlocklabForCausalLM},
-    "mlm": {
-        "AutoModelForMaskedLM": BlocklabForMaskedLM,
-        "AutoModelForSequenceClassification": BlocklabForSequenceClassification,
-    },
-    "classification": {"AutoModelForSequenceClassification": BlocklabForSequenceClassification},
-}
+# The task table: the class a run of each exportable task exports as, in this order; every other table is read
+# from it and from the classes' own `tasks`, `auto` and `also_loads`.
+HEADS = (BlocklabForCausalLM, BlocklabForMaskedLM, BlocklabForSequenceClassification)
+HF_CLASSES = {cls.tasks[0]: cls for cls in HEADS}
+# The Auto classes each exported task's folder loads with (every one also loads with AutoModel): its own head's,
+# and, for an mlm folder, the classifier's, as transformers' fine-tuning starts one.
+AUTO_CLASSES = {task: {cls.auto: cls for cls in HEADS if task in cls.tasks + cls.also_loads} for task in HF_CLASSES}

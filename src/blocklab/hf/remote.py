@@ -36,7 +36,7 @@ class GenerationError(RuntimeError):
 
 def auto_map(task: str) -> dict[str, str]:
     """config.json's `auto_map` of an exported `task` model: the config, AutoModel and the task's Auto classes."""
-    classes = {"AutoModel": BlocklabModel, **AUTO_CLASSES[task]}
+    classes = {BlocklabModel.auto: BlocklabModel, **AUTO_CLASSES[task]}
     modeling = ENTRIES["blocklab.hf.modeling"]
     return {
         "AutoConfig": f"{ENTRIES['blocklab.hf.configuration']}.BlocklabConfig",

@@ -1,6 +1,6 @@
 """What the language model (model/model.py) and the encoder-decoder (model/seq2seq.py) share: the token
 embedding, the positions, the (tied) output head, the loss over it, the block loop and the
-initialisation (SPEC section 3)."""
+initialisation (docs/models.md#initialisation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The classification model (SPEC section 3, `task="classification"`): a bidirectional encoder of any
+"""The classification model (`task="classification"`, docs/models.md#tasks): a bidirectional encoder of any
 block, a pooled representation and BERT's head over it (a tanh pooler, then one Linear to n_labels).
 
 Parameter names follow TransformerLM (`tok`, `pos`, `blocks.*`, `final_norm.*`), so the encoder of an

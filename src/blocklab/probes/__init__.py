@@ -1,4 +1,5 @@
-"""Signal-propagation probes (SPEC.md section 8): gains during training, signal statistics at init.
+"""Signal-propagation probes (docs/models.md#signal-propagation-probes): gains during training, signal statistics at
+init.
 
 - `gain_values(model)`: every gain as flat keys (`L0.alpha.h0`, `L3.beta_ff`, ...), for the trainer.
 - `plot_gains(records, path)`: gain trajectories from metrics.jsonl records.

@@ -1,4 +1,5 @@
-"""Each layer's gradient norm per weight type, during training (SPEC section 8; Xiong et al. Fig. 3).
+"""Each layer's gradient norm per weight type, during training (docs/models.md#signal-propagation-probes;
+Xiong et al. Fig. 3).
 
 Keys: `L{l}.{role}` for the blocks in `model.blocks` (the roles of `measure.weight_role`: 'attn.q',
 'attn.k', 'attn.v', 'attn.proj', 'mlp.fc1', 'mlp.fc2', and any other Linear a block has under its own

@@ -87,7 +87,7 @@ def rmsnorm_jacobian_norm(x: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
 
 
 def weight_variance(init: str, fan_in: int, fan_out: int) -> float:
-    """Per-entry variance of a weight matrix under blocklab's inits (SPEC section 3)."""
+    """Per-entry variance of a weight matrix under blocklab's inits (docs/models.md#initialisation)."""
     return 0.02**2 if init == "normal" else 2.0 / (fan_in + fan_out)
 
 

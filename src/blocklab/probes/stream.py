@@ -1,6 +1,6 @@
-"""What the residual-stream blocks of SPEC 2c learn, measured on one model and one batch (issue: the residual
-stream itself). Every block gets the hidden-state norm per layer (Xiong et al.'s Lemma 2 growth, the "PreNorm
-dilution" these papers argue about); each stream block adds what it changes:
+"""What the residual-stream blocks (docs/blocks.md#the-residual-stream) learn, measured on one model and one batch
+(issue: the residual stream itself). Every block gets the hidden-state norm per layer (Xiong et al.'s Lemma 2 growth,
+the "PreNorm dilution" these papers argue about); each stream block adds what it changes:
 
 - Hyper-Connections / mHC: each sub-layer's residual mixing matrix M as it acts on the streams, new stream
   j = sum_i M[j, i] H_i (HC's A_r^T; mHC's H_res^T, as DeepSeek's reference applies H_res; n x n, the mean

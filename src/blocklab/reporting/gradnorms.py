@@ -1,4 +1,5 @@
-"""Each layer's gradient norm per weight type during training: a figure and a table (SPEC section 8).
+"""Each layer's gradient norm per weight type during training: a figure and a table
+(docs/models.md#signal-propagation-probes).
 
 Xiong et al. (Fig. 3) compare the gradient norm of every weight per layer at initialisation and after
 warm-up: Post-LN's grow towards the output at init and shrink after warm-up, which is what makes a

@@ -328,11 +328,11 @@ def read_toml(path: str | Path, what: str = "config file") -> dict:
 def apply_recipe(raw: dict) -> tuple[dict, dict]:
     """Fill in the recipe of raw's block (REGISTRY[block].recipe; model.block unset: the default block).
 
-    `raw` is the nested {"model": {...}, "data": {...}, "train": {...}} of the settings a run sets itself;
-    a recipe value goes only where raw has no value for its key, so every explicit setting wins (SPEC
-    section 10: package defaults < block recipe < the run's own settings). Returns (a new raw, the values
-    applied as {"section.option": value}); raw itself is left as it was. An unknown block applies nothing
-    (RunConfig.from_dict then names the valid ones).
+    `raw` is the nested {"model": {...}, "data": {...}, "train": {...}} of the settings a run sets itself; a recipe
+    value goes only where raw has no value for its key, so every explicit setting wins
+    (docs/sweeps.md#where-a-runs-settings-come-from: package defaults < block recipe < the run's own settings). Returns
+    (a new raw, the values applied as {"section.option": value}); raw itself is left as it was. An unknown block applies
+    nothing (RunConfig.from_dict then names the valid ones).
     """
     new = {section: dict(values) if isinstance(values, dict) else values for section, values in raw.items()}
     model = new.get("model")

@@ -1,5 +1,5 @@
 """Fine-tuning (`blocklab finetune`): the encoder of an mlm run, a fresh classification head, the usual
-BERT recipe, one run directory per seed and their mean ± sd (SPEC sections 3 and 5).
+BERT recipe, one run directory per seed and their mean ± sd (docs/cli.md#finetune).
 
 The recipe (FINETUNE_TRAIN): AdamW, lr 1e-4 with 10% warm-up and linear decay, batch 32, weight
 decay 0.01, 5 epochs (He & Hofmann fine-tune 5 epochs), evaluation after every epoch, the final

@@ -1,5 +1,5 @@
-"""FSDP's build (SPEC section 6): a token model whose blocks stay on the meta device until each is sharded, so
-that no process ever holds the whole model, with the values the one-process build gives it, bit for bit.
+"""FSDP's build (docs/models.md#scaling-out): a token model whose blocks stay on the meta device until each is sharded,
+so that no process ever holds the whole model, with the values the one-process build gives it, bit for bit.
 
 The one-process build (`torch.manual_seed(seed); build_model(cfg)`) draws from torch's CPU generator twice: the
 constructors (nn.Linear's and nn.Embedding's reset_parameters, in construction order), then init_weights over

@@ -1,5 +1,5 @@
-"""Scale-out on PyTorch's own engine (SPEC section 6): DDP or FSDP2 under torchrun (FSDP's blocks built one at
-a time as they are sharded: training/materialise.py) and the gradient sync that gradient accumulation skips
+"""Scale-out on PyTorch's own engine (docs/models.md#scaling-out): DDP or FSDP2 under torchrun (FSDP's blocks built one
+at a time as they are sharded: training/materialise.py) and the gradient sync that gradient accumulation skips
 (train.fsdp_grad_sync). Per-block activation checkpointing is the model's own (model/checkpointing.py).
 
 Order of application (torchtitan's): activation checkpointing, then the regional compile of each

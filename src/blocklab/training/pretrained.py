@@ -1,5 +1,5 @@
 """The mlm run a classification run starts from (`train.init_from`): its config and tokenizer, checked,
-and its encoder copied into a fresh classifier (SPEC section 3)."""
+and its encoder copied into a fresh classifier (docs/models.md#tasks)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ class QKClip:
         self.index = torch.tensor(index, device=dist.device)
         self.last: torch.Tensor | None = None  # the last step's per-layer maxima, before its clip
         for _, m in self.attentions:
-            m.tracks_logits = True
+            m.track_logits()
 
     @torch.no_grad()
     def step(self) -> None:

@@ -214,7 +214,8 @@ class Trainer(StepMixin):
         try:
             with SignalFlag() as flag:
                 for step in range(start, t.steps):
-                    # Between reads the losses stay on the device: no host sync (SPEC 6's checks run at the reads).
+                    # Between reads the losses stay on the device: no host sync (the divergence and stall
+                    # checks run at the reads: docs/models.md#training).
                     losses = self._timed_step(step, self.reads_step(step + 1) or self._signalled(flag))
                     if not losses:
                         logger.advance()
