@@ -16,14 +16,21 @@ from blocklab.errors import UserError
 from blocklab.experiments.downstream import FinetuneStage, parse_stage
 from blocklab.experiments.evaluation import EvalStage, parse_eval
 from blocklab.experiments.factors import expand_factors
-from blocklab.experiments.protocol import FINAL_SEEDS, Compare, Power, parse_compare, parse_power
-from blocklab.experiments.tuning import Tune, parse_sizes, parse_tune, value_text
+from blocklab.experiments.protocol import FINAL_SEEDS, Compare, Power, parse_power
+from blocklab.experiments.sweep_tables import (
+    auto_seeds,
+    check_experiments,
+    check_seeds,
+    compares,
+    nest,
+    only_experiments,
+    tunes,
+    with_common,
+)
+from blocklab.experiments.tuning import Tune, parse_sizes, value_text
 from blocklab.registry import block_recipe
 from blocklab.training.config import RunConfig, load_config, read_toml
 
-# An experiment's name: it names the report's section ids and figure files (loss_vs_step_NAME.png).
-EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-EXPERIMENT_KEYS = ("title", "description", "target_run", "tune", "compare", "factor", "common")
 AUTO = "auto"  # seeds = "auto": the count of final seeds chosen from a first round (experiments/protocol.py)
 SHORT = {
     "model.block": "",
@@ -191,8 +198,8 @@ class Sweep:
         group_label = g.label + size_label
         label = group_label + (f", {tune.option} {value_text(value)}" if tune is not None and phase == "tune" else "")
         label += "" if seed is None else f", seed {seed}"
-        over = _nest(self.sizes[size]) if size is not None else {}
-        over = _merge(_merge(over, _nest(g.recipe)), g.overrides)
+        over = nest(self.sizes[size]) if size is not None else {}
+        over = _merge(_merge(over, nest(g.recipe)), g.overrides)
         if tune is not None:
             over = _merge(over, {tune.section: {tune.option: value}})
         if seed is not None:
@@ -243,17 +250,6 @@ def group_key(g: GroupSpec, size: int | None) -> str:
     return g.name if size is None else f"{g.name}_z{size}"
 
 
-def _nest(flat: dict) -> dict:
-    """{'model.block': 'sas'} -> {'model': {'block': 'sas'}}."""
-    out: dict = {}
-    for key, value in flat.items():
-        section, _, name = key.partition(".")
-        if not name:
-            raise UserError(f"sweep key {key!r} must look like section.option (e.g. model.block)")
-        out.setdefault(section, {})[name] = value
-    return out
-
-
 def _merge(a: dict, b: dict) -> dict:
     out = copy.deepcopy(a)
     for section, values in b.items():
@@ -280,79 +276,15 @@ def _groups(spec: dict) -> list[GroupSpec]:
         flat = dict(zip(keys, combo))
         parts = [f"{SHORT.get(k, k.split('.')[-1])}{_fmt(v)}" for k, v in flat.items() if len(grid[k]) > 1]
         label = ", ".join(parts) or spec.get("name", "run")
-        groups.append(GroupSpec(_slug("_".join(parts)) or "run", label, _nest(flat), spec.get("grid_experiment")))
+        groups.append(GroupSpec(_slug("_".join(parts)) or "run", label, nest(flat), spec.get("grid_experiment")))
     for i, extra_run in enumerate(spec.get("runs", [])):
         extra_run = dict(extra_run)
         label = extra_run.pop("label", None) or extra_run.get("name") or f"run {i}"
         experiment = extra_run.pop("experiment", None)
-        groups.append(GroupSpec(_slug(extra_run.pop("name", None) or label), label, _nest(extra_run), experiment))
+        groups.append(GroupSpec(_slug(extra_run.pop("name", None) or label), label, nest(extra_run), experiment))
     if not groups:
         raise UserError("the sweep defines no runs: give a [grid] and/or [[runs]]")
     return groups
-
-
-def with_common(spec: dict) -> dict:
-    """Each experiment's `common` settings written into every one of its [[runs]] entries, under the entry's own
-    (as if each entry named them: over the block recipe, as a group's own settings are)."""
-    table = spec.get("experiments")
-    if not isinstance(table, dict) or not any(isinstance(m, dict) and "common" in m for m in table.values()):
-        return spec
-    common = {}
-    for name, meta in table.items():
-        if isinstance(meta, dict) and "common" in meta:
-            if not isinstance(meta["common"], dict):
-                raise UserError(
-                    f'experiments.{name}.common must be a table of dotted settings, e.g. "model.n_layers" = 6'
-                )
-            common[name] = _dotted(meta["common"])
-    runs = [dict(common.get(r.get("experiment"), {}), **r) for r in spec.get("runs", [])]
-    experiments = {
-        n: {k: v for k, v in m.items() if k != "common"} if isinstance(m, dict) else m for n, m in table.items()
-    }
-    return dict(spec, runs=runs, experiments=experiments)
-
-
-def _dotted(table: dict, prefix: str = "") -> dict:
-    """{"model": {"n_layers": 6}} or {"model.n_layers": 6} -> {"model.n_layers": 6}."""
-    out = {}
-    for k, v in table.items():
-        key = f"{prefix}.{k}" if prefix else k
-        if isinstance(v, dict):
-            out.update(_dotted(v, key))
-        else:
-            out[key] = v
-    return out
-
-
-def auto_seeds(spec: dict, count: int) -> list[int]:
-    """With seeds = "auto": the final seeds it may run, the first `count` integers that no tuning table names."""
-    tables = [spec.get("tune")] + [
-        m.get("tune") for m in (spec.get("experiments") or {}).values() if isinstance(m, dict)
-    ]
-    taken = {s for t in tables if isinstance(t, dict) for s in t.get("seeds") or [] if isinstance(s, int)}
-    return [s for s in range(count + len(taken)) if s not in taken][:count]
-
-
-def _compares(spec: dict) -> dict:
-    found = {None: parse_compare(spec.get("compare"), "compare")}
-    table = spec.get("experiments")
-    for name, meta in table.items() if isinstance(table, dict) else ():
-        if isinstance(meta, dict) and meta.get("compare") is not None:
-            found[name] = parse_compare(meta["compare"], f"experiments.{name}.compare")
-    return found
-
-
-def _tunes(spec: dict, seeds) -> dict:
-    tunes = {}
-    top = parse_tune(spec.get("tune"), seeds, "tune")
-    if top is not None:
-        tunes[None] = top
-    table = spec.get("experiments")
-    for name, meta in table.items() if isinstance(table, dict) else ():
-        t = parse_tune(meta.get("tune"), seeds, f"experiments.{name}.tune") if isinstance(meta, dict) else None
-        if t is not None:
-            tunes[name] = t
-    return tunes
 
 
 def _apply_recipes(groups: list[GroupSpec], base: dict, cli: dict) -> None:
@@ -419,7 +351,7 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
     elif spec.get("power") is not None:
         raise UserError('[power] is used with seeds = "auto" only; give seeds = "auto" or drop [power]')
     if seeds is not None and seeds != AUTO:
-        _check_seeds(seeds)
+        check_seeds(seeds)
     if seeds is not None:
         for g in groups:
             if "seed" in g.overrides.get("train", {}):
@@ -427,12 +359,12 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
     if "seed" in cli.get("train", {}) and (seeds is not None or spec.get("tune")):
         raise UserError("--train.seed does not go with a sweep's seeds; use --seeds")
     finals_for_tuning = auto_seeds(spec, power.max_seeds) if power else (seeds or list(range(FINAL_SEEDS)))
-    tunes = _tunes(spec, finals_for_tuning)
+    tuned = tunes(spec, finals_for_tuning)
     for g in groups:
-        tune = tunes.get(g.experiment, tunes.get(None))
+        tune = tuned.get(g.experiment, tuned.get(None))
         if tune is not None and tune.option in g.overrides.get(tune.section, {}):
             raise UserError(f"run {g.label!r} sets {tune.key}, the setting its experiment tunes; drop it")
-    for key in {t.key for t in tunes.values()}:
+    for key in {t.key for t in tuned.values()}:
         section, _, option = key.partition(".")
         if option in cli.get(section, {}):
             raise UserError(f"--{key} is the tuned setting; change the sweep's tune values instead")
@@ -450,11 +382,11 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
         spec.get("reference"),
         None,
         groups,
-        tunes,
+        tuned,
         parse_sizes(spec.get("sizes")),
         cli,
         parse_eval(spec.get("eval")),
-        _compares(spec),
+        compares(spec),
         power,
         finals_for_tuning if power else [],
         factors,
@@ -489,79 +421,6 @@ def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None =
     return sweep
 
 
-def check_experiments(spec: dict, runs: list[GroupSpec]) -> dict | None:
-    """The sweep's `experiments` table, checked against its runs, as {name: {title, description, target_run}}
-    (None without one). A sweep with experiments tags every run: `[[runs]]` with `experiment = NAME`, grid runs
-    with the sweep's `grid_experiment = NAME`; each experiment's `target_run` is one of its own runs."""
-    table, grid_exp = spec.get("experiments"), spec.get("grid_experiment")
-    if table is None:
-        tagged = next((r for r in runs if r.experiment is not None), None)
-        if tagged is not None:
-            raise UserError(
-                f"run {tagged.label!r} names experiment {tagged.experiment!r}, but the sweep has no "
-                "[experiments] table; add one or drop the run's experiment"
-            )
-        return None
-    if not isinstance(table, dict) or not table:
-        raise UserError(
-            "experiments must be a non-empty table of experiments, e.g. "
-            '[experiments.he] title = "He & Hofmann" target_run = "pre-ln"'
-        )
-    if spec.get("target_run") is not None:
-        raise UserError("target_run and [experiments] do not go together; give each experiment its own target_run")
-    if grid_exp is not None and not spec.get("grid"):
-        raise UserError(f"grid_experiment = {grid_exp!r} but the sweep has no [grid]")
-    out = {}
-    for name, meta in table.items():
-        if not isinstance(name, str) or not EXPERIMENT_NAME.fullmatch(name):
-            raise UserError(f"experiment name {name!r} is not valid; use letters, digits, '-' and '_'")
-        if not isinstance(meta, dict):
-            raise UserError(f"experiments.{name} must be a table with {', '.join(EXPERIMENT_KEYS)}")
-        unknown = sorted(set(meta) - set(EXPERIMENT_KEYS))
-        if unknown:
-            raise UserError(f"unknown field {unknown[0]!r} in experiments.{name}; valid: {', '.join(EXPERIMENT_KEYS)}")
-        for key in EXPERIMENT_KEYS[:3]:  # the texts; `tune` is a table (experiments/tuning.py)
-            if meta.get(key) is not None and not isinstance(meta[key], str):
-                raise UserError(f"experiments.{name}.{key} = {meta[key]!r} must be a string")
-        out[name] = {
-            "title": meta.get("title") or name,
-            "description": meta.get("description") or "",
-            "target_run": meta.get("target_run"),
-        }
-    for r in runs:
-        if r.experiment is None:
-            raise UserError(
-                f"run {r.label!r} names no experiment; give it experiment = NAME, one of "
-                f"{', '.join(out)} (grid runs: the sweep's grid_experiment = NAME)"
-            )
-        if r.experiment not in out:
-            raise UserError(
-                f"run {r.label!r}: experiment {r.experiment!r} is not one of the sweep's experiments: {', '.join(out)}"
-            )
-    for name, meta in out.items():
-        groups = list(dict.fromkeys(r.name for r in runs if r.experiment == name))
-        if not groups:
-            raise UserError(f"experiment {name!r} has no runs; tag its runs with experiment = {name!r}")
-        if meta["target_run"] is not None and meta["target_run"] not in groups:
-            raise UserError(
-                f"experiments.{name}.target_run {meta['target_run']!r} is not a run of that "
-                f"experiment; its runs: {', '.join(groups)}"
-            )
-    return out
-
-
-def _check_seeds(seeds) -> None:
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or len(set(seeds)) != len(seeds)
-        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)
-    ):
-        raise UserError(
-            f'seeds = {seeds!r} is not valid; give a list of distinct integers >= 0, e.g. [0, 1, 2, 3, 4], or "auto"'
-        )
-
-
 def load_sweep(
     preset_or_path: str, extra: dict | None = None, seeds: list[int] | None = None, only: list[str] | None = None
 ) -> Sweep:
@@ -581,24 +440,6 @@ def load_sweep(
             replace = tuple(spec.pop("replace", ()))
             spec = merge(PRESETS[parent], spec, replace)
     return build_sweep(only_experiments(spec, only) if only else spec, extra, seeds)
-
-
-def only_experiments(spec: dict, names: list[str]) -> dict:
-    """The sweep `spec` with only the experiments `names` and their runs (one part of a larger sweep, run alone)."""
-    table = spec.get("experiments")
-    if not isinstance(table, dict):
-        raise UserError("--experiments needs a sweep with [experiments]; this one has a single experiment")
-    unknown = [n for n in names if n not in table]
-    if unknown:
-        raise UserError(
-            f"--experiments {unknown[0]!r} is not an experiment of the sweep; its experiments: {', '.join(table)}"
-        )
-    runs = [r for r in spec.get("runs", []) if r.get("experiment") in names]
-    out = dict(spec, experiments={n: table[n] for n in names}, runs=runs)
-    if spec.get("grid") and spec.get("grid_experiment") not in names:
-        out.pop("grid", None)
-        out.pop("grid_experiment", None)
-    return out
 
 
 def run_status(run_dir: Path) -> str | None:

@@ -35,7 +35,7 @@ VERDICT_CAPTION = (
     "is for the verdict table to say (difference, 95% interval, seeds, corrected test), not this "
     "figure."
 )
-OTHER = "_other"  # the part of untagged runs: experiments/sweep.py refuses experiment names that start with "_"
+OTHER = "_other"  # the part of untagged runs: experiments/sweep_tables.py refuses experiment names that start with "_"
 
 
 @dataclass
