@@ -24,6 +24,7 @@ from blocklab.experiments.judge import (
 )
 from blocklab.experiments.protocol import DEFAULT_MARGIN
 from blocklab.experiments.records import group_facts
+from blocklab.experiments.sweep import group_key
 
 
 def _old_seeds(seeds, statuses, scores) -> dict:
@@ -57,7 +58,7 @@ def upgrade(verdicts: dict, plan: dict | None, out: Path) -> dict:
         size = len(exp["sizes"]) - 1 if exp.get("sizes") else None
         groups = {}
         for g_name, g in exp["groups"].items():
-            key = g_name if size is None else f"{g_name}_z{size}"
+            key = group_key(g_name, size)
             curve = [
                 {"value": p["value"], **_old_seeds(p["seeds"], p["statuses"], p["scores"]), "extended": False}
                 for p in g.get("curve") or []

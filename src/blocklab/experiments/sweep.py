@@ -136,7 +136,7 @@ class Sweep:
         """The values `group` was tuned at: the grid, and the values beyond its edges that a best at an edge
         added (ascending for numbers)."""
         tune = self.tune_of(group)
-        key = group_key(group, size)
+        key = group_key(group.name, size)
         found = list(dict.fromkeys(r.value for r in self.runs if r.phase == "tune" and r.group == key))
         extra = [v for v in found if v not in tune.values]
         values = list(tune.values) + extra
@@ -176,7 +176,7 @@ class Sweep:
             tune = self.tune_of(g)
             for size in self.size_indices():
                 if tune is None:
-                    out += [r for r in self.runs if r.phase == "final" and r.group == group_key(g, size)]
+                    out += [r for r in self.runs if r.phase == "final" and r.group == group_key(g.name, size)]
                     continue
                 if (g.name, size) not in best:
                     continue
@@ -208,7 +208,7 @@ class Sweep:
             name,
             label,
             over,
-            group=group_key(g, size),
+            group=group_key(g.name, size),
             group_label=group_label,
             seed=seed,
             experiment=g.experiment,
@@ -246,8 +246,9 @@ class Sweep:
         }
 
 
-def group_key(g: GroupSpec, size: int | None) -> str:
-    return g.name if size is None else f"{g.name}_z{size}"
+def group_key(name: str, size: int | None) -> str:
+    """The name of a group's runs at one of the sweep's sizes (the group's own name without sizes)."""
+    return name if size is None else f"{name}_z{size}"
 
 
 def _merge(a: dict, b: dict) -> dict:

@@ -102,7 +102,7 @@ def seed_counts(sweep: Sweep, out: Path, finals: list[RunSpec]) -> dict:
 
 
 def _finals(g: GroupSpec, size, finals: list[RunSpec]) -> list[RunSpec]:
-    return [r for r in finals if r.group == group_key(g, size)]
+    return [r for r in finals if r.group == group_key(g.name, size)]
 
 
 def _group_raw(sweep: Sweep, out: Path, g: GroupSpec, size, finals: list[RunSpec]) -> dict:
