@@ -5,14 +5,10 @@ experiments/sweep.py builds the runs from them."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from blocklab.errors import UserError
 from blocklab.experiments.protocol import parse_compare
 from blocklab.experiments.tuning import parse_tune
-
-if TYPE_CHECKING:
-    from blocklab.experiments.sweep import GroupSpec
 
 # An experiment's name: it names the report's section ids and figure files (loss_vs_step_NAME.png).
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -94,9 +90,9 @@ def tunes(spec: dict, seeds) -> dict:
     return tunes
 
 
-def check_experiments(spec: dict, runs: list[GroupSpec]) -> dict | None:
-    """The sweep's `experiments` table, checked against its runs, as {name: {title, description, target_run}}
-    (None without one). A sweep with experiments tags every run: `[[runs]]` with `experiment = NAME`, grid runs
+def check_experiments(spec: dict, runs: list) -> dict | None:
+    """The sweep's `experiments` table, checked against its runs (experiments/sweep.py's GroupSpecs), as
+    {name: {title, description, target_run}} (None without one). A sweep with experiments tags every run: `[[runs]]` with `experiment = NAME`, grid runs
     with the sweep's `grid_experiment = NAME`; each experiment's `target_run` is one of its own runs."""
     table, grid_exp = spec.get("experiments"), spec.get("grid_experiment")
     if table is None:
