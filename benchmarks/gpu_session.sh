@@ -9,6 +9,7 @@
 #   OUT=$OUT bash benchmarks/gpu_session.sh kernel   # the kernel's tests, then the kernel against plain SDPA
 #   OUT=$OUT bash benchmarks/gpu_session.sh check    # blocklab check with the compiled competitors
 #   OUT=$OUT bash benchmarks/gpu_session.sh bench    # the he-codeparrot bench, eager and compiled
+#   OUT=$OUT bash benchmarks/gpu_session.sh muon     # Muon's step against AdamW's at the he-codeparrot shape
 set -uo pipefail
 PART="${1:-kernel}"
 OUT="${OUT:-gpu-session}"
@@ -44,8 +45,12 @@ bench)  # 200 + 320 s
     step bench-compiled 320 blocklab bench "${BENCH[@]}" --compile --attn-impl auto \
         --extra sas-p:bf16:compile:fused,sas-p:bf16:compile:sdpa --json "$LOG/bench-compiled.json"
     ;;
+muon)  # 300 s: each round times every block's step with Muon and with AdamW (issue 45)
+    step muon-vs-adamw 300 blocklab bench "${BENCH[@]}" --blocks pre-ln,sas-p,ngpt --optimizer muon --vs-adamw \
+        --json "$LOG/muon-vs-adamw.json"
+    ;;
 *)
-    echo "gpu_session.sh: unknown part '$PART'; give kernel, check or bench" >&2
+    echo "gpu_session.sh: unknown part '$PART'; give kernel, check, bench or muon" >&2
     exit 2
     ;;
 esac
