@@ -25,11 +25,12 @@ benchmarks/RESULTS.md, "CPU: FSDP's memory and gradient sync".
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from blocklab.run_summary import read_summary
 
 FSDP = ["--train.parallel", "fsdp"]
 CONFIGS = {
@@ -107,9 +108,9 @@ def main() -> int:
         if not args.default_malloc:
             env.setdefault("MALLOC_MMAP_THRESHOLD_", str(128 * 1024))
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-        rows[name] = json.loads((out / "summary.json").read_text())
+        rows[name] = read_summary(out)
     first = rows[args.configs[0]]
-    n = first["n_params"]
+    n = first.n_params
     print(
         f"\n{n / 1e6:.1f}M parameters ({4 * n / 2**20:.0f} MiB in fp32), {args.nproc} processes, "
         f"grad_accum {args.grad_accum}; model + gradients + AdamW state in fp32: {16 * n / 2**20:.0f} MiB whole, "
@@ -117,9 +118,9 @@ def main() -> int:
     )
     print(f"{'config':<14} {'peak MiB/process':>17} {'vs ' + args.configs[0]:>10} {'s/step':>8}")
     for name, s in rows.items():
-        step = args.batch_size * args.seq_len / s["tokens_per_s"] if s.get("tokens_per_s") else float("nan")
-        ratio = s["peak_memory_mb"] / first["peak_memory_mb"]
-        print(f"{name:<14} {s['peak_memory_mb']:>17.0f} {ratio:>10.2f} {step:>8.2f}")
+        step = args.batch_size * args.seq_len / s.tokens_per_s if s.tokens_per_s else float("nan")
+        ratio = s.peak_memory_mb / first.peak_memory_mb
+        print(f"{name:<14} {s.peak_memory_mb:>17.0f} {ratio:>10.2f} {step:>8.2f}")
     return 0
 
 

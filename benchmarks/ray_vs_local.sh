@@ -95,13 +95,15 @@ import re
 import sys
 from pathlib import Path
 
+from blocklab.run_summary import read_summary
+
 out = Path(sys.argv[1])
 t0, t1, c0, c1, r0, r1 = map(float, sys.argv[2:8])
 load_local, load_ray = sys.argv[8:10]
 
 
 def runs(sweep):
-    return {p.parent.name: json.loads(p.read_text()) for p in (out / sweep / "runs").glob("*/summary.json")}
+    return {p.parent.name: read_summary(p.parent) for p in (out / sweep / "runs").glob("*/summary.json")}
 
 
 def scores(value):  # verdicts.json less its measured throughput
@@ -127,8 +129,8 @@ found = {
     "local_wall_s": round(t1 - t0, 1),
     "ray_wall_s": round(r1 - r0, 1),
     "cluster_start_s": round(c1 - c0, 1),
-    "local_training_s": round(sum(s["wall_time_s"] for s in local.values()), 1),
-    "ray_training_s": round(sum(s["wall_time_s"] for s in ray.values()), 1),
+    "local_training_s": round(sum(s.wall_time_s for s in local.values()), 1),
+    "ray_training_s": round(sum(s.wall_time_s for s in ray.values()), 1),
     "local_sweep_s": round(local_sweep, 1),
     "ray_sweep_s": round(ray_sweep, 1),
     "overhead_per_run_s": round((ray_sweep - local_sweep) * 2 / max(n, 1), 2),

@@ -136,7 +136,7 @@ def test_ngpt_trainer_keeps_the_matrices_on_the_sphere(tmp_path, overrides):
     overrides["model"]["block"] = "ngpt"
     overrides["train"].update(steps=3, checkpoint_every=3, eval_every=3, lr=0.02, weight_decay=0.1)
     s = train(load_config(None, overrides), tmp_path / "r", progress=False)
-    assert s["status"] == "completed"
+    assert s.status == "completed"
     state = load_checkpoint(tmp_path / "r" / "checkpoints")["model"]
     assert _unit(state["tok.weight"], 1)
     for i in range(2):

@@ -146,9 +146,9 @@ def test_two_jobs_train_the_same_runs_as_one(tmp_path, overrides):
     one = run_sweep(build_sweep(spec), tmp_path / "one", progress=False, log=lambda *a: None, jobs=1)
     two = run_sweep(build_sweep(spec), tmp_path / "two", progress=False, log=lambda *a: None, jobs=2)
     for name in "abc":
-        assert two["runs"][name]["final_loss"] == pytest.approx(one["runs"][name]["final_loss"], rel=1e-5)
-        assert two["runs"][name]["concurrent_runs"] == 2 and two["runs"][name]["threads"] >= 1
-        assert one["runs"][name]["concurrent_runs"] == 1
+        assert two["runs"][name].final_loss == pytest.approx(one["runs"][name].final_loss, rel=1e-5)
+        assert two["runs"][name].concurrent_runs == 2 and two["runs"][name].threads >= 1
+        assert one["runs"][name].concurrent_runs == 1
     assert json.loads((tmp_path / "two" / "runs" / "b" / "summary.json").read_text())["concurrent_runs"] == 2
 
 

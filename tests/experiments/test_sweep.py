@@ -101,9 +101,9 @@ def test_a_stalled_run_is_recorded_and_the_sweep_goes_on(tmp_path, overrides):
     seen = []
     result = run_sweep(build_sweep(spec), tmp_path / "sw", progress=False, log=seen.append)
     assert result["status"] == "completed"
-    assert result["runs"]["stuck"]["status"] == "stalled" and result["runs"]["next"]["status"] == "completed"
+    assert result["runs"]["stuck"].status == "stalled" and result["runs"]["next"].status == "completed"
     again = run_sweep(build_sweep(spec), tmp_path / "sw", progress=False, log=seen.append)
-    assert any("stalled earlier, kept" in s for s in seen) and again["runs"]["stuck"]["status"] == "stalled"
+    assert any("stalled earlier, kept" in s for s in seen) and again["runs"]["stuck"].status == "stalled"
 
 
 def test_bad_sweeps_are_one_line_errors(tmp_path):
@@ -146,7 +146,7 @@ def test_sweep_records_divergence_goes_on_and_resumes(tmp_path, overrides):
     sweep = build_sweep(spec, {"train": {"steps": 8}})
     result = run_sweep(sweep, tmp_path / "sw", progress=False, log=lambda *a: None)
     assert result["status"] == "completed"
-    assert result["runs"]["boom"]["status"] == "diverged" and result["runs"]["fine"]["status"] == "completed"
+    assert result["runs"]["boom"].status == "diverged" and result["runs"]["fine"].status == "completed"
     saved = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [r["name"] for r in saved["runs"]] == ["boom", "fine"]
     # a second invocation keeps both results; a run killed half-way is resumed from its checkpoint
@@ -155,7 +155,7 @@ def test_sweep_records_divergence_goes_on_and_resumes(tmp_path, overrides):
     seen = []
     again = run_sweep(build_sweep(spec, {"train": {"steps": 8}}), tmp_path / "sw", progress=False, log=seen.append)
     assert any("diverged earlier, kept" in s for s in seen) and any("resuming" in s for s in seen)
-    assert again["runs"]["fine"]["status"] == "completed" and load_checkpoint(fine / "checkpoints")["step"] == 8
+    assert again["runs"]["fine"].status == "completed" and load_checkpoint(fine / "checkpoints")["step"] == 8
 
 
 def test_sweep_dir_must_match(tmp_path, overrides):

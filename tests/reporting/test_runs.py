@@ -80,7 +80,7 @@ def test_tuning_runs_and_replaced_runs_are_not_report_runs(sweep):
     (sweep / "sweep.json").write_text(json.dumps(meta))
     runs, _ = load_runs(sweep)
     assert [r.name for r in runs] == ["runs/sas-p", "runs/pre-ln", "runs/post-ln", "runs/sas", "runs/sas_lr0.01_s3"]
-    assert by_label(runs)["Pre-LN"].summary["final_loss"] == pytest.approx(3.0)  # not the replaced run's 5.95
+    assert by_label(runs)["Pre-LN"].summary.final_loss == pytest.approx(3.0)  # not the replaced run's 5.95
     meta["runs"] = []
     (sweep / "sweep.json").write_text(json.dumps(meta))
     for d in ("sas-p", "pre-ln", "post-ln", "sas"):

@@ -15,8 +15,8 @@ def test_the_per_batch_eval_losses_make_up_the_eval_loss(tmp_path, corpus_dir):
         },
     )
     s = train(cfg, tmp_path / "run", progress=False, log=lambda *a: None)
-    b = s["final_eval_batches"]
+    b = s.final_eval_batches
     assert len(b["loss"]) == len(b["tokens"]) == 3 and all(t > 0 for t in b["tokens"])
     mean = sum(x * t for x, t in zip(b["loss"], b["tokens"])) / sum(b["tokens"])
-    assert mean == pytest.approx(s["final_eval_loss"], rel=1e-9)
+    assert mean == pytest.approx(s.final_eval_loss, rel=1e-9)
     assert len(set(b["loss"])) > 1  # the batches differ: their spread is what pairing removes

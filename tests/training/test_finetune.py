@@ -31,7 +31,7 @@ def mlm_run(tmp_path_factory, corpus_dir) -> Path:
             "keep_checkpoints": 0,
         },
     }
-    assert train(load_config(None, over), out, progress=False, log=lambda *a: None)["status"] == "completed"
+    assert train(load_config(None, over), out, progress=False, log=lambda *a: None).status == "completed"
     return out
 
 
@@ -249,7 +249,7 @@ def test_finetune_starts_from_a_sharded_checkpoint(tmp_path, corpus_dir, separab
         "model": {"task": "mlm", "block": "sas-p", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
         "train": {"steps": 6, "batch_size": 8, "lr": 3e-3, "eval_every": 6, "checkpoint_every": 6, "parallel": "fsdp"},
     }
-    assert train(load_config(None, over), out, progress=False, log=lambda *a: None)["status"] == "completed"
+    assert train(load_config(None, over), out, progress=False, log=lambda *a: None).status == "completed"
     assert json.loads((out / "checkpoints" / "step-00000006" / "state.json").read_text())["format"] == "dcp"
     cfg = finetune_config(out, str(separable), 0, n_labels=2)
     model = build_model(cfg.model)

@@ -21,6 +21,6 @@ def test_load_run_gives_the_trained_model_its_tokenizer_config_and_step(tmp_path
         assert torch.isfinite(model(ids, labels=ids).loss)
     older = blocklab.load_run(run, step=3)
     assert older.step == 3 and not torch.equal(older.model.tok.weight, model.tok.weight)
-    assert summary["step"] == 6
+    assert summary.step == 6
     with pytest.raises(UserError, match="holds no blocklab run"):
         blocklab.load_run(tmp_path / "nothing")

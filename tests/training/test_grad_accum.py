@@ -121,7 +121,7 @@ def test_micro_batches_give_the_losses_of_the_whole_batch(tmp_path, overrides, l
         s = quiet_train(
             load_config(None, run_overrides(task, overrides, labelled, pairs, grad_accum=k)), tmp_path / f"k{k}"
         )
-        assert s["status"] == "completed" and s["grad_accum"] == k
+        assert s.status == "completed" and s.grad_accum == k
         got[k] = losses(tmp_path / f"k{k}")
         assert len(got[k]) == 10 and len(recorded) == 10 * k  # k forward passes a step
         per_step = [recorded[i * k : (i + 1) * k] for i in range(10)]
@@ -143,7 +143,7 @@ def test_micro_batches_give_muon_the_losses_of_the_whole_batch(tmp_path, overrid
     got = {}
     for k in (1, 2):
         over = run_overrides("clm", overrides, labelled, pairs, grad_accum=k, optimizer="muon")
-        assert quiet_train(load_config(None, over), tmp_path / f"k{k}")["status"] == "completed"
+        assert quiet_train(load_config(None, over), tmp_path / f"k{k}").status == "completed"
         got[k] = losses(tmp_path / f"k{k}")
     assert got[2] == pytest.approx(got[1], rel=REL) and got[1][-1] < got[1][0]  # equal, and they move
 
@@ -160,7 +160,7 @@ def test_activation_checkpointing_gives_the_same_losses(tmp_path, overrides, lab
         over = run_overrides(task, overrides, labelled, pairs, activation_checkpointing=ac, grad_accum=2)
         over["model"].update(block="pre-ln", dropout=0.1)
         s = quiet_train(load_config(None, over), tmp_path / str(ac))
-        assert s["status"] == "completed"
+        assert s.status == "completed"
         runs[ac] = losses(tmp_path / str(ac))
     assert len(applied) == 1  # the True run's model only
     assert len(runs[True]) == 10 and runs[True] == runs[False]
@@ -178,7 +178,7 @@ def test_resuming_with_other_grad_accum_and_checkpointing_continues_the_run(tmp_
     quiet_train(load_config(None, over), tmp_path / "cut")
     over["train"].update(steps=10, grad_accum=4, activation_checkpointing=True)
     s = quiet_train(load_config(None, over), tmp_path / "cut", resume=True)
-    assert s["status"] == "completed" and s["grad_accum"] == 4
+    assert s.status == "completed" and s.grad_accum == 4
     a, b = losses(tmp_path / "full"), losses(tmp_path / "cut")
     assert len(b) == 10 and b[:5] == a[:5] and b[5:] == pytest.approx(a[5:], rel=REL)
 
@@ -187,14 +187,14 @@ def test_summary_of_a_one_process_run(tmp_path, overrides):
     overrides["train"].update(steps=4, grad_accum=2)
     s = quiet_train(load_config(None, overrides), tmp_path / "r")
     saved = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert saved["peak_memory_mb"] == s["peak_memory_mb"] > 0
-    if s["device"] == "cpu":  # the process's peak resident set in MiB: torch alone takes >100 MiB; not KiB or bytes
-        assert 50 < s["peak_memory_mb"] < 64 * 1024
+    assert saved["peak_memory_mb"] == s.peak_memory_mb > 0
+    if s.device == "cpu":  # the process's peak resident set in MiB: torch alone takes >100 MiB; not KiB or bytes
+        assert 50 < s.peak_memory_mb < 64 * 1024
     assert saved["grad_accum"] == 2
     assert "parallel" in saved and saved["parallel"] is None  # no torchrun: no data-parallel wrapper
     # where it trained, for a report drawn elsewhere
     assert saved["machine"]["torch"] == torch.__version__ and saved["machine"]["cpu_count"] == os.cpu_count()
-    assert ("gpu" in saved["machine"]) == (s["device"] != "cpu")
+    assert ("gpu" in saved["machine"]) == (s.device != "cpu")
 
 
 # --- configuration errors --------------------------------------------------------------------------
@@ -250,4 +250,4 @@ def test_evaluation_runs_in_pieces_of_a_micro_batch(tmp_path, overrides, labelle
         load_config(None, run_overrides("mlm", overrides, labelled, pairs, grad_accum=4)), tmp_path / "k4"
     )
     assert max(rows) == 2 and len(rows) >= 4
-    assert split["final_eval_loss"] == pytest.approx(whole["final_eval_loss"], rel=REL)
+    assert split.final_eval_loss == pytest.approx(whole.final_eval_loss, rel=REL)

@@ -51,7 +51,7 @@ def test_no_host_sync_between_reads(task, train_kw, tmp_path, overrides, counted
 
     monkeypatch.setattr(Trainer, "_timed_step", timed)
     s = train(load_config(None, overrides), tmp_path / "r", progress=False)
-    assert s["status"] == "completed"
+    assert s.status == "completed"
     reads = [done for done, read, _ in per_step if read]
     assert reads == [1, 5, 10, 12]  # step 1 (its gradient norms), the logged steps, the last
     quiet = {done: calls for done, read, calls in per_step if not read and done > 1}
@@ -70,5 +70,5 @@ def test_divergence_read_later_still_names_its_exact_step(tmp_path, overrides, m
     monkeypatch.setattr(Trainer, "train_step", blows_up_at_7)
     said = []
     s = train(load_config(None, overrides), tmp_path / "r", progress=False, log=said.append)
-    assert s["status"] == "diverged" and s["diverged_step"] == 7 and s["step"] == 6
+    assert s.status == "diverged" and s.diverged_step == 7 and s.step == 6
     assert "the last good checkpoint (step 5) is kept" in said[-1]

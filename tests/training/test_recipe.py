@@ -101,7 +101,7 @@ def test_a_block_without_recipe_records_an_empty_one(tmp_path, overrides):
         progress=False,
         log=lambda *a, **k: lines.append(" ".join(map(str, a))),
     )
-    assert s["recipe"] == {} and json.loads((tmp_path / "r" / "summary.json").read_text())["recipe"] == {}
+    assert s.recipe == {} and json.loads((tmp_path / "r" / "summary.json").read_text())["recipe"] == {}
     assert not any("recipe" in line for line in lines)
 
 

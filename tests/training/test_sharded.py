@@ -55,11 +55,11 @@ def runs(tmp_path_factory, corpus_dir):
     whole-checkpoint format."""
     root = tmp_path_factory.mktemp("sharded")
     paths = {name: root / name for name in ("fsdp", "cut", "ddp")}
-    assert quiet_train(load_config(None, config(corpus_dir)), paths["fsdp"])["status"] == "completed"
-    assert quiet_train(load_config(None, config(corpus_dir, steps=10)), paths["cut"])["step"] == 10
+    assert quiet_train(load_config(None, config(corpus_dir)), paths["fsdp"]).status == "completed"
+    assert quiet_train(load_config(None, config(corpus_dir, steps=10)), paths["cut"]).step == 10
     s = quiet_train(load_config(None, config(corpus_dir)), paths["cut"], resume=True)
-    assert s["status"] == "completed" and s["step"] == 20
-    assert quiet_train(load_config(None, config(corpus_dir, parallel="ddp")), paths["ddp"])["status"] == "completed"
+    assert s.status == "completed" and s.step == 20
+    assert quiet_train(load_config(None, config(corpus_dir, parallel="ddp")), paths["ddp"]).status == "completed"
     return paths
 
 
@@ -133,7 +133,7 @@ def test_a_corrupted_shard_is_one_clear_error_and_a_resume_falls_back(runs, corp
     capsys.readouterr()
     # A resume takes the newest checkpoint that verifies (step 15) and says which one it passed over.
     s = quiet_train(load_config(None, config(corpus_dir, steps=25)), run, resume=True)
-    assert s["status"] == "completed" and s["step"] == 25
+    assert s.status == "completed" and s.step == 25
     err = capsys.readouterr().err
     assert "step-00000020" in err and "does not match its checksum" in err
     assert "using the checkpoint of step 15" in err

@@ -6,6 +6,7 @@ import random
 import pytest
 
 from blocklab.cli import main
+from blocklab.run_summary import read_summary
 from blocklab.training import load_config, train
 from blocklab.training.checkpoint import load_checkpoint
 from blocklab.training.config import TrainConfig
@@ -116,8 +117,8 @@ def test_run_on_iid_words_stalls_keeps_its_checkpoint_and_exits_with_its_code(tm
 
 def test_healthy_run_passes_through_the_unigram_entropy(tmp_path):
     s = train(load_config(None, tiny(word_corpus(tmp_path / "cyc", cyclic=True))), tmp_path / "r", progress=False)
-    assert s["status"] == "completed" and "stalled_step" not in s
-    assert s["final_loss"] < s["unigram_entropy"] - 0.5 < s["initial_loss"]
+    assert s.status == "completed" and not s.has("stalled_step")
+    assert s.final_loss < s.unigram_entropy - 0.5 < s.initial_loss
 
 
 def _rows(run):
@@ -131,23 +132,23 @@ def test_resuming_a_stalled_run_stalls_at_once_unless_stall_detection_is_off(tmp
     over = tiny(word_corpus(tmp_path / "iid", cyclic=False), steps=40)
     over["train"]["schedule"] = "constant"  # a linear decay ends at train.steps: such a run cannot extend
     first = train(load_config(None, over), run, progress=False, log=lambda *a: None)
-    assert first["status"] == "stalled" and first["stalled_step"] < 40
-    stalled_at, rows = first["stalled_step"], (run / "metrics.jsonl").read_text()
+    assert first.status == "stalled" and first.stalled_step < 40
+    stalled_at, rows = first.stalled_step, (run / "metrics.jsonl").read_text()
     assert _rows(run)[-1]["step"] == stalled_at
 
     over["train"]["steps"] = 60
     capsys.readouterr()
     assert main(["train", "--out", str(run), "--resume", "--no-progress"] + as_args(over)) == 4  # stalled's code
     assert "stalled at step" in capsys.readouterr().err
-    s = json.loads((run / "summary.json").read_text())
-    assert s["status"] == "stalled" and s["stalled_step"] == s["step"] == stalled_at
-    assert s["steps"] == 60 and s["final_loss"] == first["final_loss"]
+    s = read_summary(run)
+    assert s.status == "stalled" and s.stalled_step == s.step == stalled_at
+    assert s.steps == 60 and s.final_loss == first.final_loss
     assert (run / "metrics.jsonl").read_text() == rows  # nothing trained, nothing logged
     assert load_checkpoint(run / "checkpoints")["step"] == stalled_at
 
     over["train"]["stall_patience"] = 0
     s = train(load_config(None, over), run, resume=True, progress=False, log=lambda *a: None)
-    assert s["status"] == "completed" and s["step"] == 60 and "stalled_step" not in s
+    assert s.status == "completed" and s.step == 60 and not s.has("stalled_step")
     assert [r["step"] for r in _rows(run) if "loss" in r] == list(range(1, 61))
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert load_checkpoint(run / "checkpoints")["step"] == 60
@@ -159,10 +160,10 @@ def test_a_run_that_stalled_at_its_last_step_resumes_stalled(tmp_path):
     over = tiny(word_corpus(tmp_path / "iid", cyclic=False), steps=40)
     over["train"]["schedule"] = "constant"  # the same rates whatever train.steps: the same stall
     first = train(load_config(None, over), tmp_path / "longer", progress=False, log=lambda *a: None)
-    over["train"]["steps"] = first["stalled_step"]  # a run cannot shrink on resume: a new run this long
-    assert train(load_config(None, over), run, progress=False, log=lambda *a: None)["step"] == first["stalled_step"]
+    over["train"]["steps"] = first.stalled_step  # a run cannot shrink on resume: a new run this long
+    assert train(load_config(None, over), run, progress=False, log=lambda *a: None).step == first.stalled_step
     again = train(load_config(None, over), run, resume=True, progress=False, log=lambda *a: None)
-    assert again["status"] == "stalled" and again["stalled_step"] == first["stalled_step"]
+    assert again.status == "stalled" and again.stalled_step == first.stalled_step
 
 
 def test_resuming_a_stalled_run_with_other_stall_settings_decides_anew(tmp_path):
@@ -174,4 +175,4 @@ def test_resuming_a_stalled_run_with_other_stall_settings_decides_anew(tmp_path)
     first = train(load_config(None, over), run, progress=False, log=lambda *a: None)
     over["train"].update(steps=45, stall_patience=over["train"]["stall_patience"] * 4)
     s = train(load_config(None, over), run, resume=True, progress=False, log=lambda *a: None)
-    assert first["stalled_step"] < 40 and s["step"] == 45 and s["status"] == "completed"
+    assert first.stalled_step < 40 and s.step == 45 and s.status == "completed"

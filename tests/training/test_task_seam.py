@@ -87,8 +87,8 @@ def test_an_unknown_task_trains_through_the_registry(tmp_path, overrides, monkey
     cfg.model.task = "reverse"  # the model config knows only its own tasks; the trainer asks the registry
     s = train(cfg, tmp_path / "r", progress=False, log=lambda *a, **k: None)
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
-    assert s["status"] == "completed" and s["task"] == "reverse" and s["step"] == 6
-    assert s["reverse_evals"] == 2 and s["tokens"] == 6 * 4 * 8
+    assert s.status == "completed" and s.task == "reverse" and s.step == 6
+    assert s.extra["reverse_evals"] == 2 and s.tokens == 6 * 4 * 8
     assert [r.get("reverse_evals") for r in rows] == [None, None, 1, None, None, 2]
     assert all(np.isfinite(r["loss"]) for r in rows) and "eval_loss" in rows[2]
     assert load_checkpoint(tmp_path / "r" / "checkpoints")["extra"]["reverse_evals"] == 2

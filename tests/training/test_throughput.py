@@ -74,12 +74,12 @@ def test_summary_reports_the_steady_rate_when_the_first_step_is_slow(tmp_path, o
     monkeypatch.setattr(Trainer, "train_step", slow_first)
     s = train(load_config(None, overrides), tmp_path / "r", progress=False)
     rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
-    steady = s["tokens"] / (s["tokens_per_s"] or 1)
-    assert s["startup_s"] >= 1.9 and s["compile_s"] is None
+    steady = s.tokens / (s.tokens_per_s or 1)
+    assert s.startup_s >= 1.9 and s.compile_s is None
     # The whole-run average includes the 2 s sleep; the steady rate must not.
-    assert s["tokens_per_s"] > s["tokens"] / s["wall_time_s"]
-    assert steady < s["wall_time_s"] - 1.5
-    assert s["mfu"] is not None and 0 < s["mfu"] < 1
+    assert s.tokens_per_s > s.tokens / s.wall_time_s
+    assert steady < s.wall_time_s - 1.5
+    assert s.mfu is not None and 0 < s.mfu < 1
     assert all("mfu" in r for r in rows if "loss" in r)
 
 
@@ -100,5 +100,5 @@ def test_regionally_compiled_training_matches_eager(tmp_path, overrides):
     eager = train(load_config(None, overrides), tmp_path / "eager", progress=False)
     overrides["train"]["compile"] = True
     compiled = train(load_config(None, overrides), tmp_path / "compiled", progress=False)
-    assert compiled["compile"] is True and compiled["compile_s"] is not None
-    assert compiled["final_loss"] == pytest.approx(eager["final_loss"], rel=1e-4)
+    assert compiled.compile is True and compiled.compile_s is not None
+    assert compiled.final_loss == pytest.approx(eager.final_loss, rel=1e-4)

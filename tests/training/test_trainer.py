@@ -17,8 +17,8 @@ def losses(run):
 def test_run_directory_holds_everything(tmp_path, overrides):
     s = train(load_config(None, overrides), tmp_path / "r", progress=False)
     run = tmp_path / "r"
-    assert s["status"] == "completed" and s["step"] == 20 and s["n_params"] > 0 and s["tokens_per_s"] > 0
-    assert s["attn_impl"] == "sdpa"  # attn_impl "auto", resolved for the CPU
+    assert s.status == "completed" and s.step == 20 and s.n_params > 0 and s.tokens_per_s > 0
+    assert s.attn_impl == "sdpa"  # attn_impl "auto", resolved for the CPU
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 21))  # log_every 1: every step's loss
     assert {"step", "loss", "lr", "tokens_per_s"} <= set(rows[0])
@@ -35,7 +35,7 @@ def test_deterministic_for_a_seed(tmp_path, overrides):
     overrides["train"]["steps"] = 8
     a = train(load_config(None, overrides), tmp_path / "a", progress=False)
     b = train(load_config(None, overrides), tmp_path / "b", progress=False)
-    assert losses(tmp_path / "a") == losses(tmp_path / "b") and a["final_eval_loss"] == b["final_eval_loss"]
+    assert losses(tmp_path / "a") == losses(tmp_path / "b") and a.final_eval_loss == b.final_eval_loss
     overrides["train"]["seed"] = 1
     train(load_config(None, overrides), tmp_path / "c", progress=False)
     assert losses(tmp_path / "c") != losses(tmp_path / "a")
@@ -64,7 +64,7 @@ def test_resume_is_bit_for_bit(tmp_path, overrides, monkeypatch, block, train_kw
     monkeypatch.setattr(Trainer, "train_step", real_step)
     assert load_checkpoint(tmp_path / "cut" / "checkpoints")["step"] == 10
     s = train(cfg, tmp_path / "cut", resume=True, progress=False)
-    assert s["status"] == "completed"
+    assert s.status == "completed"
     assert losses(tmp_path / "cut") == losses(tmp_path / "full")  # exact equality, steps 1..20
 
 
@@ -90,7 +90,7 @@ def test_bf16_autocast_and_tasks_train(tmp_path, overrides, task):
     overrides["train"].update(precision="bf16", steps=30, batch_size=8)
     s = train(load_config(None, overrides), tmp_path / "r", progress=False)
     first, last = losses(tmp_path / "r")[:5], losses(tmp_path / "r")[-5:]
-    assert s["status"] == "completed" and sum(last) < sum(first) - 0.5
+    assert s.status == "completed" and sum(last) < sum(first) - 0.5
 
 
 def test_fp16_refused_on_cpu(tmp_path, overrides):
@@ -115,20 +115,20 @@ def test_post_ln_without_warmup_at_large_lr_diverges_and_keeps_last_good_checkpo
     )
     said = []
     s = train(load_config(None, overrides), tmp_path / "r", progress=False, log=said.append)
-    assert s["status"] == "diverged" and s["diverged_step"] == s["step"] + 1
+    assert s.status == "diverged" and s.diverged_step == s.step + 1
     ckpt = load_checkpoint(tmp_path / "r" / "checkpoints")
-    assert ckpt["step"] == s["step"] and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+    assert ckpt["step"] == s.step and all(torch.isfinite(t).all() for t in ckpt["model"].values())
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "diverged"
-    assert f"the last good checkpoint (step {s['step']}) is kept" in said[-1]
+    assert f"the last good checkpoint (step {s.step}) is kept" in said[-1]
     # Without a checkpoint before the divergence, the log claims none.
     overrides["train"].update(checkpoint_every=1000)
     said = []
     s = train(load_config(None, overrides), tmp_path / "none", progress=False, log=said.append)
-    assert s["status"] == "diverged" and not list((tmp_path / "none").glob("checkpoints/step-*"))
+    assert s.status == "diverged" and not list((tmp_path / "none").glob("checkpoints/step-*"))
     assert "no checkpoint was written" in said[-1] and "kept" not in said[-1], said[-1]
     # the same model with a sane learning rate trains to the end
     overrides["train"].update(lr=1e-3)
-    assert train(load_config(None, overrides), tmp_path / "ok", progress=False)["status"] == "completed"
+    assert train(load_config(None, overrides), tmp_path / "ok", progress=False).status == "completed"
 
 
 def test_muon_run_past_its_rate_diverges_as_adamw_does_and_keeps_the_last_good_checkpoint(tmp_path, overrides):
@@ -137,12 +137,12 @@ def test_muon_run_past_its_rate_diverges_as_adamw_does_and_keeps_the_last_good_c
     )
     said = []
     s = train(load_config(None, overrides), tmp_path / "r", progress=False, log=said.append)
-    assert s["status"] == "diverged" and s["diverged_step"] == s["step"] + 1
-    assert load_checkpoint(tmp_path / "r" / "checkpoints")["step"] == s["step"]
-    assert f"the last good checkpoint (step {s['step']}) is kept" in said[-1]
+    assert s.status == "diverged" and s.diverged_step == s.step + 1
+    assert load_checkpoint(tmp_path / "r" / "checkpoints")["step"] == s.step
+    assert f"the last good checkpoint (step {s.step}) is kept" in said[-1]
     overrides["train"].update(lr=3e-3, steps=20)  # the same run at a sane rate learns
     s = train(load_config(None, overrides), tmp_path / "ok", progress=False, log=said.append)
-    assert s["status"] == "completed" and losses(tmp_path / "ok")[-1] < losses(tmp_path / "ok")[0] - 0.2
+    assert s.status == "completed" and losses(tmp_path / "ok")[-1] < losses(tmp_path / "ok")[0] - 0.2
 
 
 def test_run_directory_rules(tmp_path, overrides):
@@ -153,7 +153,7 @@ def test_run_directory_rules(tmp_path, overrides):
     other = load_config(None, overrides | {"model": overrides["model"] | {"block": "pre-ln"}})
     with pytest.raises(UserError, match="model.block"):
         train(other, tmp_path / "r", resume=True, progress=False)
-    assert train(other, tmp_path / "r", overwrite=True, progress=False)["status"] == "completed"
+    assert train(other, tmp_path / "r", overwrite=True, progress=False).status == "completed"
     with pytest.raises(UserError, match="nothing to resume"):
         train(cfg, tmp_path / "empty", resume=True, progress=False)
     (tmp_path / "junk").mkdir()

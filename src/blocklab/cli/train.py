@@ -83,6 +83,7 @@ def run(args) -> int:
         progress=False if args.no_progress else None,
         log=status,
     )
-    if summary.get("world_size", 1) == 1 or __import__("os").environ.get("RANK", "0") == "0":
-        print(json.dumps({k: summary[k] for k in ("status", "step", "final_loss", "final_eval_loss", "tokens_per_s")}))
-    return {"completed": 0, "interrupted": 130, "diverged": 3, "stalled": 4}[summary["status"]]
+    if (summary.world_size or 1) == 1 or __import__("os").environ.get("RANK", "0") == "0":
+        shown = ("status", "step", "final_loss", "final_eval_loss", "tokens_per_s")
+        print(json.dumps({k: getattr(summary, k) for k in shown}))
+    return {"completed": 0, "interrupted": 130, "diverged": 3, "stalled": 4}[summary.status]

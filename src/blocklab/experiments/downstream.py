@@ -20,6 +20,7 @@ from pathlib import Path
 
 from blocklab.atomic import write_atomic
 from blocklab.errors import ConfigError, UserError
+from blocklab.run_summary import read_summary
 from blocklab.settings import setting, validate
 
 SECTIONS = ("train", "data", "model")  # the sections a stage's dotted overrides may set
@@ -142,12 +143,10 @@ def run_finetunes(stage: FinetuneStage, runs, out: Path, progress=None, log=prin
 
 
 def _skipped(where: Path, run_dir: Path, task: str, step: int | None, log) -> dict:
-    summary = {}
-    if (run_dir / "summary.json").is_file():
-        summary = json.loads((run_dir / "summary.json").read_text())
-    why = f"pre-training {summary.get('status', 'did not finish')}"
-    if summary.get("diverged_step"):
-        why += f" at step {summary['diverged_step']}"
+    summary = read_summary(run_dir)
+    why = f"pre-training {summary.status if summary else 'did not finish'}"
+    if summary and summary.diverged_step:
+        why += f" at step {summary.diverged_step}"
     reason = f"no checkpoint{'' if step is None else f' of step {step}'}: {why}"
     log(f"not fine-tuning {run_dir.name} on {task}: {reason}")
     result = {

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from blocklab.errors import ConfigError, UserError
+from blocklab.run_summary import read_summary
 from blocklab.settings import setting, validate
 
 # The metric a task is scored on when the stage names none: bits per byte for a perplexity task, accuracy
@@ -78,18 +79,15 @@ def _evaluate():
 def run_evals(stage: EvalStage, finals, out: Path, log=print) -> dict:
     """Evaluate every completed final run; {run name: stored record}. A run evaluated earlier with these
     settings is read back, not evaluated again."""
-    import json
-
     evaluation = _evaluate()
     records = {}
     for i, run in enumerate(finals, 1):
         run_dir = out / "runs" / run.name
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text())
-        except (OSError, ValueError):
+        summary = read_summary(run_dir)
+        if summary is None:
             continue
-        if summary.get("status") != "completed":
-            log(f"[eval {i}/{len(finals)}] {run.label}: {summary.get('status')}, not evaluated")
+        if summary.status != "completed":
+            log(f"[eval {i}/{len(finals)}] {run.label}: {summary.status}, not evaluated")
             continue
         record = evaluation.evaluate(run_dir, stage.tasks, limit=stage.limit, batch_size=stage.batch_size, log=log)
         log(f"[eval {i}/{len(finals)}] {run.label}: {'stored result' if record['reused'] else 'evaluated'}")

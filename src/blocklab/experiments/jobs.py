@@ -10,7 +10,6 @@ cannot keep several cores busy with matrices this small (measured in benchmarks/
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -20,7 +19,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from blocklab.atomic import write_atomic
+from blocklab.run_summary import RunSummary, summary_path, write_summary
 from blocklab.training.threads import SMALL_WIDTH, cpu_count
 
 # Measured on 2 cores (benchmarks/RESULTS.md, "compare --jobs"): 8 runs of the quick preset's shape train
@@ -71,7 +70,7 @@ def _init_worker(threads: int, devices, slot) -> None:
     torch.set_num_threads(threads)
 
 
-def _train_one(config, run_dir: str, resume: bool, label: str, jobs: int) -> dict:
+def _train_one(config, run_dir: str, resume: bool, label: str, jobs: int) -> RunSummary:
     import torch
 
     from blocklab.training import train
@@ -83,15 +82,16 @@ def _train_one(config, run_dir: str, resume: bool, label: str, jobs: int) -> dic
     return record_run(Path(run_dir), summary, torch.get_num_threads(), jobs)
 
 
-def record_run(run_dir: Path, summary: dict, threads: int, jobs: int, launcher: str = "local", **where) -> dict:
+def record_run(
+    run_dir: Path, summary: RunSummary, threads: int, jobs: int, launcher: str = "local", **where
+) -> RunSummary:
     """summary.json says where the run trained and how it shared the machine: the launcher (`local`, or `ray`
     with `ray_node_id`), the host, its thread count and how many runs ran at once (throughput and wall-clock
     figures of a run that shared the machine are not a speed measurement)."""
     where = {"host": socket.gethostname(), **where}
-    summary = dict(summary, launcher=launcher, **where, threads=threads, concurrent_runs=jobs)
-    path = run_dir / "summary.json"
-    if path.is_file():
-        write_atomic(path, json.dumps(summary, indent=2) + "\n")
+    summary = summary.with_fields(launcher=launcher, **where, threads=threads, concurrent_runs=jobs)
+    if summary_path(run_dir).is_file():
+        write_summary(run_dir, summary)
     return summary
 
 
@@ -133,7 +133,7 @@ def run_many(tasks: list[tuple], jobs: int, log=print, progress=None, on_done=No
             )
             results[run.name] = summary
             (on_done or (lambda *a: None))(run, head, summary)
-            if summary["status"] == "interrupted":
+            if summary.status == "interrupted":
                 return "interrupted", results
         return "completed", results
     return _run_parallel(tasks, jobs, log, on_done, results)
@@ -177,7 +177,7 @@ def _run_parallel(tasks, jobs, log, on_done, results) -> tuple[str, dict]:
                         summary = fut.result()
                         results[run.name] = summary
                         (on_done or (lambda *a: None))(run, head, summary)
-                        if summary["status"] == "interrupted":
+                        if summary.status == "interrupted":
                             status = "interrupted"
                     while status == "completed" and pending and len(running) < jobs:
                         submit()

@@ -17,7 +17,6 @@ writes `interrupted` and stops, so the same command resumes it.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
@@ -28,6 +27,7 @@ from pathlib import Path
 from blocklab.errors import UserError, import_extra
 from blocklab.experiments.jobs import FINISHED, on_sigterm, record_run
 from blocklab.experiments.sweep import run_status
+from blocklab.run_summary import RunSummary, read_summary
 
 RETRIES = 3  # Ray's retries of a task whose node or worker was lost, each resuming the run
 PROBE_TIMEOUT_S = 180  # the folder check on every node: a worker to start and torch to import
@@ -149,7 +149,7 @@ class RayLauncher:
                             continue
                         results[run.name] = summary
                         (on_done or (lambda *a: None))(run, head, summary)
-                        if summary["status"] == "interrupted":
+                        if summary.status == "interrupted":
                             status = "interrupted"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -158,7 +158,7 @@ class RayLauncher:
                 self._cancel(running, log)
         return status, results
 
-    def _result(self, ref, head: str, log) -> dict | None:
+    def _result(self, ref, head: str, log) -> RunSummary | None:
         """A finished task's summary; None for a run lost with its node after every retry (kept, resumable)."""
         ray = self.ray
         try:
@@ -265,7 +265,7 @@ def folder_probe(out: str, mark: str) -> dict:
     return found
 
 
-def train_task(config, run_dir: str, label: str, threads: int, sharing: dict) -> dict:
+def train_task(config, run_dir: str, label: str, threads: int, sharing: dict) -> RunSummary:
     """One run, on the node Ray chose (a Ray task). An earlier attempt's folder (a lost node, an interrupted
     compare) is resumed from its last checkpoint; a run that already finished is returned as it is. `sharing`:
     how many runs each node's machine trains at once (summary.json's concurrent_runs, as compare --jobs's)."""
@@ -277,7 +277,7 @@ def train_task(config, run_dir: str, label: str, threads: int, sharing: dict) ->
     path = Path(run_dir)
     status = run_status(path)
     if status in FINISHED:
-        return json.loads((path / "summary.json").read_text())
+        return read_summary(path)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # a run's train.threads 0 (auto) takes it, as in a local worker
     if not ray.get_gpu_ids():  # Ray leaves a task that asked no GPU every GPU of its node: it trains on the CPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""

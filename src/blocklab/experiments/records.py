@@ -9,39 +9,39 @@ import math
 import statistics
 from pathlib import Path
 
+from blocklab import run_summary
 from blocklab.registry import REGISTRY
+from blocklab.run_summary import RunSummary
 from blocklab.training.rundir import STREAM_PROBES
 
 METRIC = "final_eval_loss"
 WINDOW = 5  # logged training losses in each trailing mean (5 x log_every steps)
 
 
-def read_summary(out: Path, name: str) -> dict | None:
-    try:
-        return json.loads((Path(out) / "runs" / name / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
+def read_summary(out: Path, name: str) -> RunSummary | None:
+    """The summary of run `name` of the sweep in `out` (None: not trained, or still training)."""
+    return run_summary.read_summary(Path(out) / "runs" / name)
 
 
 def finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def cap_of(summaries: list[dict | None]) -> float | None:
+def cap_of(summaries: list[RunSummary | None]) -> float | None:
     """The score of a model that learned only token frequencies: the unigram model's eval loss (the training
     split's unigram entropy for runs written before the eval loss was recorded)."""
-    values = [s["unigram_eval_loss"] for s in summaries if s and finite(s.get("unigram_eval_loss"))]
-    values = values or [s["unigram_entropy"] for s in summaries if s and finite(s.get("unigram_entropy"))]
+    values = [s.unigram_eval_loss for s in summaries if s and finite(s.unigram_eval_loss)]
+    values = values or [s.unigram_entropy for s in summaries if s and finite(s.unigram_entropy)]
     return statistics.median(values) if values else None
 
 
-def status_of(summary: dict | None) -> str:
+def status_of(summary: RunSummary | None) -> str:
     """A run's training status as its summary says it (`missing` without one)."""
-    return (summary or {}).get("status") or "missing"
+    return summary.status if summary is not None else "missing"
 
 
-def raw_of(summary: dict | None, metric: str = METRIC):
-    value = (summary or {}).get(metric)
+def raw_of(summary: RunSummary | None, metric: str = METRIC):
+    value = getattr(summary, metric, None)
     return float(value) if finite(value) else None
 
 

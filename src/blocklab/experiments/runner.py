@@ -14,6 +14,7 @@ from blocklab.experiments.lock import LOCK, sweep_lock
 from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts, extension_runs, seed_counts
+from blocklab.run_summary import RunSummary, read_summary
 from blocklab.training.trackers import default_store, open_store, require
 
 
@@ -111,7 +112,7 @@ def _train_phase(runs: list[RunSpec], sweep: str, out: Path, launcher, progress,
         head = f"[{len(results) + len(tasks) + 1}/{total}] {run.label}"
         if status in FINISHED:
             log(f"{head}: {status} earlier, kept")
-            results[run.name] = json.loads((run_dir / "summary.json").read_text())
+            results[run.name] = read_summary(run_dir)
             continue
         tasks.append((run, run_dir, status is not None, head))
 
@@ -120,8 +121,8 @@ def _train_phase(runs: list[RunSpec], sweep: str, out: Path, launcher, progress,
 
     def done(run, head, summary):
         log(
-            f"{head}: {summary['status']} at step {summary['step']}, loss {_f(summary['final_loss'])}, "
-            f"eval {_f(summary['final_eval_loss'])}, {_f(summary['tokens_per_s'], '.0f')} tokens/s{_node(summary)}"
+            f"{head}: {summary.status} at step {summary.step}, loss {_f(summary.final_loss)}, "
+            f"eval {_f(summary.final_eval_loss)}, {_f(summary.tokens_per_s, '.0f')} tokens/s{_node(summary)}"
         )
 
     if not tasks:
@@ -131,10 +132,10 @@ def _train_phase(runs: list[RunSpec], sweep: str, out: Path, launcher, progress,
     return status
 
 
-def _node(summary: dict) -> str:
+def _node(summary: RunSummary) -> str:
     """Where a run trained, for its progress line, when a launcher placed it on a cluster's node."""
-    node = summary.get("ray_node_id")
-    return f" on {summary.get('host')} (node {node[:8]})" if node else ""
+    node = summary.ray_node_id
+    return f" on {summary.host} (node {node[:8]})" if node else ""
 
 
 def _tune_phase(sweep: Sweep, out: Path, launcher, progress, log, results: dict, rerun_changed: bool) -> str:

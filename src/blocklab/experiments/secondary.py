@@ -23,6 +23,7 @@ from pathlib import Path
 
 from blocklab.experiments.downstream import stage_dir
 from blocklab.experiments.sweep import RunSpec, Sweep
+from blocklab.run_summary import RunSummary
 
 BLEU = "final_bleu"
 
@@ -43,7 +44,7 @@ def _record(runs: list[RunSpec], summaries, values) -> dict:
     metric too), `missing` where it has no value yet; judge classifies the rest against the cap."""
     statuses, raw = [], []
     for s, v in zip(summaries, values):
-        status = (s or {}).get("status") or "missing"
+        status = s.status if s is not None else "missing"
         statuses.append(status if status not in ("completed", "plateau") or _finite(v) else "missing")
         raw.append(float(v) if _finite(v) else None)
     return {"seeds": [r.seed for r in runs], "statuses": statuses, "raw": raw}
@@ -62,11 +63,11 @@ def finetune_value(result: dict | None) -> float | None:
     return statistics.fmean(ok) if ok else None
 
 
-def _finetune_status(result: dict | None, summary: dict | None) -> str:
+def _finetune_status(result: dict | None, summary: RunSummary | None) -> str:
     if result is None or (result.get("status") == "interrupted" and not result.get("scores")):
         return "missing"
-    if (summary or {}).get("status") not in ("completed", None):
-        return summary["status"]
+    if summary is not None and summary.status not in ("completed", "missing"):
+        return summary.status
     return "completed" if finetune_value(result) is not None else "plateau"
 
 
@@ -100,12 +101,12 @@ def secondary_metrics(sweep: Sweep, out: Path, finals_by_group: dict[str, list[R
     groups' final runs have. `summaries(run)` reads a run's summary.json."""
     metrics: dict = {}
     all_runs = [r for runs in finals_by_group.values() for r in runs]
-    if any(BLEU in (summaries(r) or {}) for r in all_runs):
+    if any(s is not None and s.has(BLEU) for s in map(summaries, all_runs)):
         metrics[BLEU] = {
             "lower_is_better": False,
             "cap": 0.0,
             "groups": {
-                g: _record(runs, [summaries(r) for r in runs], [(summaries(r) or {}).get(BLEU) for r in runs])
+                g: _record(runs, [summaries(r) for r in runs], [getattr(summaries(r), BLEU, None) for r in runs])
                 for g, runs in finals_by_group.items()
             },
         }

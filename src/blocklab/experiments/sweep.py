@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from blocklab.experiments.sweep_tables import (
 )
 from blocklab.experiments.tuning import Tune, parse_sizes, value_text
 from blocklab.registry import block_recipe
+from blocklab.run_summary import read_summary, summary_path
 from blocklab.training.config import RunConfig, load_config, read_toml
 
 AUTO = "auto"  # seeds = "auto": the count of final seeds chosen from a first round (experiments/protocol.py)
@@ -444,11 +444,9 @@ def load_sweep(
 
 
 def run_status(run_dir: Path) -> str | None:
-    """completed | diverged | interrupted from summary.json; 'partial' for a killed run; None if not started."""
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        try:
-            return json.loads(summary.read_text()).get("status")
-        except ValueError:
-            return "partial"
-    return "partial" if (run_dir / "config.toml").is_file() else None
+    """completed | diverged | stalled | interrupted from summary.json; 'partial' for a killed run (or an unreadable
+    summary); None if not started."""
+    summary = read_summary(run_dir)
+    if summary is not None:
+        return summary.status
+    return "partial" if summary_path(run_dir).is_file() or (run_dir / "config.toml").is_file() else None

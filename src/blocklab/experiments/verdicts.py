@@ -15,6 +15,7 @@ from blocklab.experiments.protocol import auto_count
 from blocklab.experiments.secondary import secondary_metrics
 from blocklab.experiments.sweep import GroupSpec, RunSpec, Sweep, group_key
 from blocklab.experiments.tuning import DEFAULT_TOLERANCE
+from blocklab.run_summary import RunSummary
 
 read_summary = R.read_summary
 cap_of = R.cap_of
@@ -108,8 +109,8 @@ def _finals(g: GroupSpec, size, finals: list[RunSpec]) -> list[RunSpec]:
 def _group_raw(sweep: Sweep, out: Path, g: GroupSpec, size, finals: list[RunSpec]) -> dict:
     runs = _finals(g, size, finals)
     summaries = [R.read_summary(out, r.name) for r in runs]
-    done = [s for s in summaries if s and s.get("status") in ("completed",)]
-    speeds = [s["tokens_per_s"] for s in done if R.finite(s.get("tokens_per_s"))]
+    done = [s for s in summaries if s and s.status == "completed"]
+    speeds = [s.tokens_per_s for s in done if R.finite(s.tokens_per_s)]
     tune = sweep.tune_of(g)
     config = sweep.make_run(g, size, tune.values[0] if tune else None, sweep.final_seeds()[0], "final").config
     facts = R.group_facts(config)
@@ -122,22 +123,18 @@ def _group_raw(sweep: Sweep, out: Path, g: GroupSpec, size, finals: list[RunSpec
         "facts": facts,
         "curve": raw_curve(sweep, out, g, size) if tune is not None else [],
         **R.seeds_record(out, runs),
-        "n_params": next((s.get("n_params") for s in summaries if s and s.get("n_params")), None),
+        "n_params": next((s.n_params for s in summaries if s and s.n_params), None),
         "tokens_per_s": statistics.median(speeds) if speeds else None,
-        "measured_alone": all(s.get("concurrent_runs", 1) == 1 for s in done) if done else None,
+        "measured_alone": all((s.concurrent_runs or 1) == 1 for s in done) if done else None,
         "flops": _flops(done),
-        "eval_se": _median([s.get("final_eval_se") for s in done]),
+        "eval_se": _median([s.final_eval_se for s in done]),
         "measures": R.probe_measures(out, runs),
     }
 
 
-def _flops(summaries: list[dict]) -> float | None:
+def _flops(summaries: list[RunSummary]) -> float | None:
     """Training FLOPs of one run: the model's count per token times the tokens it trained on."""
-    values = [
-        s["flops_per_token"] * s["tokens"]
-        for s in summaries
-        if R.finite(s.get("flops_per_token")) and R.finite(s.get("tokens"))
-    ]
+    values = [s.flops_per_token * s.tokens for s in summaries if R.finite(s.flops_per_token) and R.finite(s.tokens)]
     return max(values) if values else None
 
 
@@ -152,7 +149,7 @@ def _paired_eval_noise(out: Path, finals_by_group: dict, reference: str) -> dict
     the spread between batches (files of different difficulty) is common to both sides and cancels."""
 
     def batches(run: RunSpec):
-        b = (R.read_summary(out, run.name) or {}).get("final_eval_batches")
+        b = getattr(R.read_summary(out, run.name), "final_eval_batches", None)
         return (b["loss"], b["tokens"]) if isinstance(b, dict) and b.get("loss") else None
 
     refs = {r.seed: batches(r) for r in finals_by_group.get(reference, [])}
@@ -233,7 +230,7 @@ def _frontier(sweep: Sweep, out: Path, groups: list[GroupSpec], finals) -> dict:
         points = []
         for size in sweep.size_indices():
             runs = _finals(g, size, finals)
-            done = [s for s in (R.read_summary(out, r.name) for r in runs) if s and s.get("status") == "completed"]
+            done = [s for s in (R.read_summary(out, r.name) for r in runs) if s and s.status == "completed"]
             best = runs[0].value if runs else None
             points.append({"size": size, "flops": _flops(done), "best": best, **R.seeds_record(out, runs)})
         frontier[g.name] = {"points": points}

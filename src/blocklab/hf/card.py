@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from blocklab.hf.modeling import HF_CLASSES
+from blocklab.run_summary import RunSummary
 from blocklab.training.config import RunConfig
 
 WHAT = {"clm": "causal language model", "mlm": "masked language model", "classification": "sequence classifier"}
@@ -37,20 +38,22 @@ def data_text(source: str) -> str:
     return f"the local data `{public_name(source)}`"
 
 
-def score_lines(task: str, summary: dict, val_fraction: float) -> list[str]:
+def score_lines(task: str, summary: RunSummary | None, val_fraction: float) -> list[str]:
     """What the run scored on its held-out data, with the metric and its unit; [] when the run has no summary."""
-    step = summary.get("step")
+    if summary is None:
+        return []
+    step = summary.step
     if task == "classification":
-        score, metric = summary.get("final_score"), summary.get("metric")
+        score, metric = summary.final_score, summary.metric
         if not _number(score) or not metric:
             return []
         line = (
-            f"- **{metric}** on the validation split of `{public_name(summary.get('task_name', 'the task'))}`: "
+            f"- **{metric}** on the validation split of `{public_name(summary.task_name or 'the task')}`: "
             f"**{score:.2f}** (percent, as GLUE reports it) after step {step}"
         )
-        base = summary.get("majority_baseline")
+        base = summary.majority_baseline
         return [line + (f"; always answering the most frequent label scores {base:.2f}." if _number(base) else ".")]
-    loss = summary.get("final_eval_loss")
+    loss = summary.final_eval_loss
     if not _number(loss):
         return []
     what = "masked positions" if task == "mlm" else "next tokens"
@@ -61,7 +64,7 @@ def score_lines(task: str, summary: dict, val_fraction: float) -> list[str]:
     ]
 
 
-def model_card(info: dict, cfg: RunConfig, summary: dict, config) -> str:
+def model_card(info: dict, cfg: RunConfig, summary: RunSummary | None, config) -> str:
     task, m, d, t = info["task"], cfg.model, cfg.data, cfg.train
     auto = HF_CLASSES[task].auto
     labels = ""

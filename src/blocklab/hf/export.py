@@ -26,9 +26,10 @@ from blocklab.errors import UserError
 from blocklab.hf import remote
 from blocklab.hf.card import model_card
 from blocklab.hf.modeling import HF_CLASSES
+from blocklab.run_summary import read_summary
 from blocklab.tokens import EOD, MASK, PAD
 from blocklab.training.config import load_config
-from blocklab.training.generate import load_run, summary_of
+from blocklab.training.generate import load_run
 
 # Translation stays in blocklab: its decoder starts from <eod> with fairseq's shared vocabulary and is
 # searched by blocklab's own beam search (blocklab translate); `transformers`' EncoderDecoderModel wants
@@ -146,10 +147,10 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, overwr
                 "blocklab: blocklab translate)"
             )
     model, tokenizer, cfg, ckpt_step = load_run(run, step)
-    task, summary = cfg.model.task, summary_of(run)
+    task, summary = cfg.model.task, read_summary(run)
     hf_logging.disable_progress_bar()  # one file of a small model: the command says when it is done
     hf = HF_CLASSES[task].from_blocklab(model.eval())
-    names = summary.get("label_names")
+    names = summary.label_names if summary else None
     if task == "classification" and isinstance(names, list) and len(names) == cfg.model.n_labels:
         hf.config.id2label = dict(enumerate(map(str, names)))  # the fine-tuning data's own labels
         hf.config.label2id = {name: i for i, name in hf.config.id2label.items()}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from blocklab.reporting.runs import Run
+from blocklab.run_summary import RunSummary
 
 MAX_WINDOW = 50
 
@@ -121,16 +122,16 @@ def estimate_parameters(run: Run) -> int | None:
 
 
 def status_text(run: Run) -> str:
-    s = run.summary or {}
+    s = run.summary or RunSummary()
     status, total = run.status, run.total_steps
     of = f"/{total}" if total else ""
     if status == "diverged":
-        step = s.get("diverged_step", s.get("step"))
+        step = s.diverged_step if s.has("diverged_step") else s.step
         return f"diverged at step {step}" if step is not None else "diverged"
     if status == "interrupted":
         return f"interrupted at step {run.last_step}{of}"
     if status == "stalled":
-        step = s.get("stalled_step", s.get("step"))
+        step = s.stalled_step if s.has("stalled_step") else s.step
         return f"stalled at step {step}" if step is not None else "stalled"
     if status == "completed" or status == "not started":
         return status
@@ -139,21 +140,21 @@ def status_text(run: Run) -> str:
 
 def run_row(run: Run, target: Target) -> dict:
     """One table row: raw numbers (None when unknown); `format_row` turns them into text."""
-    s = run.summary or {}
-    tps = _num(s.get("tokens_per_s"))
+    s = run.summary or RunSummary()
+    tps = _num(s.tokens_per_s)
     if tps is None:
         _, rates = run.series("tokens_per_s")
         tps = float(np.median(rates)) if rates else None
     _, evals = run.series("eval_loss")
-    best, final_eval = _num(s.get("best_eval_loss")), _num(s.get("final_eval_loss"))
+    best, final_eval = _num(s.best_eval_loss), _num(s.final_eval_loss)
     return {
         "run": run.name,
         "label": run.label,
         "block": run.block,
         "family": run.family,
-        "params": _num(s.get("n_params")) or (estimate_parameters(run) if run.exists else None),
+        "params": _num(s.n_params) or (estimate_parameters(run) if run.exists else None),
         "tokens_per_s": tps,
-        "final_loss": final_smoothed_loss(run) if run.rows else _num(s.get("final_loss")),
+        "final_loss": final_smoothed_loss(run) if run.rows else _num(s.final_loss),
         "final_eval_loss": final_eval if final_eval is not None else (evals[-1] if evals else None),
         "best_eval_loss": best if best is not None else (min(evals) if evals else None),
         "steps_to_target": steps_to_target(run, target.value),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from blocklab.reporting.figures import new_figure, place_legend, plot_eval_series, save_figure
 from blocklab.reporting.runs import Run
+from blocklab.run_summary import RunSummary
 
 
 def plot_bleu(runs: list[Run], path: Path) -> Path | None:
@@ -43,13 +44,13 @@ def bleu_table(runs: list[Run]) -> str | None:
     """One line per translation run: status, final and best BLEU (summary.json), final evaluation loss."""
     lines = []
     for r in runs:
-        s = r.summary or {}
+        s = r.summary or RunSummary()
         xs, ys = r.series("bleu")
-        if not ys and s.get("final_bleu") is None:
+        if not ys and s.final_bleu is None:
             continue
-        final = s.get("final_bleu", ys[-1] if ys else None)
-        best = s.get("best_bleu", max(ys) if ys else None)
-        ev = s.get("final_eval_loss")
+        final = s.final_bleu if s.has("final_bleu") else ys[-1] if ys else None
+        best = s.best_bleu if s.has("best_bleu") else max(ys) if ys else None
+        ev = s.final_eval_loss
         lines.append(f"{r.label:<32} {r.status:<12} {_num(final):>10} {_num(best):>9} {_num(ev, '.3f'):>15}")
     if not lines:
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from blocklab.reporting.figures import new_figure, place_legend, run_styles, save_figure
 from blocklab.reporting.runs import Run
+from blocklab.run_summary import RunSummary
 
 FIGURE = "downstream.png"
 
@@ -74,7 +75,7 @@ def table(root: Path, runs: list[Run], stage: dict, reference: dict | None, ref_
     """He & Hofmann's Table 1 with our numbers: one row per pre-training run."""
     tasks = stage["tasks"]
     base = _pretraining(runs, ref_run) if ref_run else None
-    base_tps = (base.summary or {}).get("tokens_per_s") if base else None
+    base_tps = base.summary.tokens_per_s if base and base.summary else None
     head = ["run", "params", "speed"] + [t[:18] for t in tasks] + ["score", "failed"]
     if reference:
         head += ["paper score", "paper params", "paper speed"]
@@ -85,12 +86,12 @@ def table(root: Path, runs: list[Run], stage: dict, reference: dict | None, ref_
         results = [_result(root, r.name.removeprefix("runs/"), t, None) for t in tasks]
         if not any(results):
             continue
-        s = r.summary or {}
-        speed = f"{s['tokens_per_s'] / base_tps:.2f}x" if base_tps and s.get("tokens_per_s") else "n/a"
+        s = r.summary or RunSummary()
+        speed = f"{s.tokens_per_s / base_tps:.2f}x" if base_tps and s.tokens_per_s else "n/a"
         failed = sum(x["failed"] for x in results if x)
         seeds = sum(len(x["seeds"]) for x in results if x)
-        label = r.label if r.status == "completed" else f"{r.label} [pre-training {_status(s)}]"
-        row = [label, f"{s['n_params'] / 1e6:.2f}M" if s.get("n_params") else "n/a", speed]
+        label = r.label if r.status == "completed" else f"{r.label} [pre-training {_status(r.summary)}]"
+        row = [label, f"{s.n_params / 1e6:.2f}M" if s.n_params else "n/a", speed]
         row += [_cell(x) for x in results]
         row += [_pm(*_overall(results)), f"{failed}/{seeds}"]
         if reference:
@@ -112,9 +113,10 @@ def table(root: Path, runs: list[Run], stage: dict, reference: dict | None, ref_
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
-def _status(summary: dict) -> str:
-    status = summary.get("status", "unfinished")
-    return f"{status} at step {summary['diverged_step']}" if summary.get("diverged_step") else status
+def _status(summary: RunSummary | None) -> str:
+    if summary is None:
+        return "unfinished"
+    return f"{summary.status} at step {summary.diverged_step}" if summary.diverged_step else summary.status
 
 
 def along_pretraining(

@@ -139,7 +139,7 @@ def unigram_entropies(runs: list[Run]) -> list[float]:
     values = {
         round(float(h), 4)
         for r in runs
-        for h in [(r.summary or {}).get("unigram_entropy")]
+        for h in [r.summary and r.summary.unigram_entropy]
         if isinstance(h, (int, float)) and math.isfinite(h)
     }
     return sorted(values)

@@ -125,7 +125,7 @@ def _distinct(texts) -> str:
 def _run_machines(runs: list[Run]) -> tuple[str, str] | None:
     """(machine, software) the runs trained on and with, from their summary.json (runs trained on a GPU machine
     and reported on a laptop name the GPU machine); None when no run recorded them."""
-    ms = [(r.summary or {}).get("machine") for r in runs]
+    ms = [r.summary.machine for r in runs if r.summary]
     ms = [m for m in ms if isinstance(m, dict)]
     if not ms:
         return None
@@ -140,9 +140,9 @@ def _run_machines(runs: list[Run]) -> tuple[str, str] | None:
 def _run_devices(runs: list[Run]) -> str:
     seen = []
     for r in runs:
-        s = r.summary or {}
-        if s.get("device"):
-            text = f"{s['device']} x{s.get('world_size', 1)}, {s.get('precision', 'fp32')}"
+        s = r.summary
+        if s and s.device:
+            text = f"{s.device} x{s.world_size or 1}, {s.precision or 'fp32'}"
             if text not in seen:
                 seen.append(text)
     return "; ".join(seen) or "unknown (no summary.json yet)"
@@ -215,7 +215,7 @@ def _notes(runs: list[Run], target: Target | None) -> list[str]:
             "standard deviation over the seeds (n - 1), the curves the mean with a band from the "
             "lowest to the highest seed, each seed drawn thin. The second table lists every run.",
         )
-    shared = sorted({int((r.summary or {}).get("concurrent_runs") or 1) for r in runs} - {1})
+    shared = sorted({int((r.summary and r.summary.concurrent_runs) or 1) for r in runs} - {1})
     if shared:
         notes.append(
             f"Tokens/s and wall-clock: these runs trained {' or '.join(map(str, shared))} at a time "

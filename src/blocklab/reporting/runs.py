@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from blocklab.errors import UserError
+from blocklab.run_summary import RunSummary, read_summary
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -114,7 +115,7 @@ class Run:
     label: str
     config: dict = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
-    summary: dict | None = None
+    summary: RunSummary | None = None  # None: no summary.json (still running, or killed)
     skipped_lines: int = 0
     exists: bool = True  # False: listed in sweep.json, no directory yet
     group: str = ""  # runs that differ only in their seed share a group (sweep.json)
@@ -131,7 +132,7 @@ class Run:
 
     @property
     def block(self) -> str:
-        return (self.summary or {}).get("block") or self.cfg("model", "block") or "?"
+        return (self.summary and self.summary.block) or self.cfg("model", "block") or "?"
 
     @property
     def family(self) -> str:
@@ -145,16 +146,16 @@ class Run:
     def status(self) -> str:
         if not self.exists:
             return "not started"
-        return (self.summary or {}).get("status") or UNKNOWN_STATUS
+        return self.summary.status if self.summary else UNKNOWN_STATUS
 
     @property
     def total_steps(self):
-        return (self.summary or {}).get("steps") or self.cfg("train", "steps")
+        return (self.summary and self.summary.steps) or self.cfg("train", "steps")
 
     @property
     def last_step(self):
-        if self.summary and self.summary.get("step") is not None:
-            return self.summary["step"]
+        if self.summary and self.summary.step is not None:
+            return self.summary.step
         return self.rows[-1]["step"] if self.rows else 0
 
     def series(self, key: str, x: str = "step") -> tuple[list[float], list[float]]:
@@ -179,7 +180,7 @@ def load_run(path: Path, name: str, label: str | None = None) -> Run:
         label=label or (path.name if name == "." else name),
         config=_read_toml(path / "config.toml"),
         rows=rows,
-        summary=_read_json(path / "summary.json"),
+        summary=read_summary(path),
         skipped_lines=skipped,
     )
 

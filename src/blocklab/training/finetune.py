@@ -17,6 +17,7 @@ from pathlib import Path
 
 from blocklab.atomic import writable_dir, write_atomic
 from blocklab.errors import UserError
+from blocklab.run_summary import RunSummary, read_summary
 from blocklab.training.checkpoint import checkpoint_steps, open_checkpoint
 from blocklab.training.config import RunConfig, config_differences, load_config
 from blocklab.training.finetune_recipe import EPOCHS, FINETUNE_TRAIN, WARMUP
@@ -80,20 +81,20 @@ def count_examples(run: str | Path, task: str, overrides: dict | None, log, step
     return len(data.train.ids), data.labelled.n_labels
 
 
-def aggregate(summaries: list[dict]) -> dict:
+def aggregate(seeds: list[int], summaries: list[RunSummary]) -> dict:
     """Mean ± sd of the final score over the seeds that did not diverge, and the failures."""
     ok = [
-        s["final_score"]
+        s.final_score
         for s in summaries
-        if s["status"] == "completed" and s.get("final_score") is not None and math.isfinite(s["final_score"])
+        if s.status == "completed" and s.final_score is not None and math.isfinite(s.final_score)
     ]
     return {
-        "seeds": [s["seed"] for s in summaries],
-        "scores": [s.get("final_score") for s in summaries],
-        "statuses": [s["status"] for s in summaries],
+        "seeds": list(seeds),
+        "scores": [s.final_score for s in summaries],
+        "statuses": [s.status for s in summaries],
         "mean": statistics.fmean(ok) if ok else None,
         "sd": statistics.stdev(ok) if len(ok) > 1 else None,  # one surviving seed: no spread to give
-        "failed": sum(s["status"] == "diverged" for s in summaries),
+        "failed": sum(s.status == "diverged" for s in summaries),
     }
 
 
@@ -128,29 +129,30 @@ def finetune(
     if step is None:  # the newest that verifies, named once for every seed's config
         step = open_checkpoint(root, fallback=True)["step"]
     n_train, n_labels = count_examples(run, task, overrides, log, step)
-    summaries = []
+    done_seeds, summaries = [], []
     for seed in seeds:
         cfg = finetune_config(run, task, seed, overrides, n_train, n_labels, epochs, step)
         run_dir = out / f"seed-{seed}"
         if not overwrite:
             _refuse_other_settings(cfg, run_dir, replace_hint)
-        done = None if overwrite else _summary(run_dir)
-        if done and done.get("status") in ("completed", "diverged"):
+        done = None if overwrite else read_summary(run_dir)
+        if done and done.status in ("completed", "diverged"):
             prepare_run_dir(cfg, run_dir, resume=True, overwrite=False)
-            log(f"seed {seed}: {done['status']} earlier, kept")
-            summaries.append(dict(done, seed=seed))
+            log(f"seed {seed}: {done.status} earlier, kept")
+            done_seeds.append(seed)
+            summaries.append(done)
             continue
         log(f"fine-tuning {pre.path.name} on {task}, seed {seed}: {cfg.train.steps} steps")
         holds_run = (run_dir / "config.toml").is_file()
         s = train(cfg, run_dir, resume=holds_run and not overwrite, overwrite=overwrite, progress=progress, log=log)
-        summaries.append(dict(s, seed=seed))
-        if s["status"] == "interrupted":
+        done_seeds.append(seed)
+        summaries.append(s)
+        if s.status == "interrupted":
             break
         if not keep_checkpoints:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         log(
-            f"seed {seed}: {s['status']}, {s.get('metric')} {_fmt(s.get('final_score'))} "
-            f"(majority baseline {_fmt(s.get('majority_baseline'))})"
+            f"seed {seed}: {s.status}, {s.metric} {_fmt(s.final_score)} (majority baseline {_fmt(s.majority_baseline)})"
         )
     first = summaries[0]
     result = {
@@ -158,13 +160,13 @@ def finetune(
         "task": task,
         "init_step": cfg.train.init_step,
         "epochs": epochs,
-        "metric": first.get("metric"),
-        "n_train": first.get("n_train"),
-        "n_val": first.get("n_val"),
-        "majority_baseline": first.get("majority_baseline"),
-        "block": first.get("block"),
-        "status": "interrupted" if any(s["status"] == "interrupted" for s in summaries) else "completed",
-        **aggregate(summaries),
+        "metric": first.metric,
+        "n_train": first.n_train,
+        "n_val": first.n_val,
+        "majority_baseline": first.majority_baseline,
+        "block": first.block,
+        "status": "interrupted" if any(s.status == "interrupted" for s in summaries) else "completed",
+        **aggregate(done_seeds, summaries),
     }
     write_atomic(out / "finetune.json", json.dumps(result, indent=2) + "\n")
     return result
@@ -180,14 +182,6 @@ def _refuse_other_settings(cfg: RunConfig, run_dir: Path, hint: str) -> None:
     if diff:
         shown = ", ".join(f"{key} {old!r} -> {new!r}" for key, old, new in diff[:3]) + (", ..." if diff[3:] else "")
         raise UserError(f"{run_dir} holds a fine-tuning with other settings ({shown}); {hint}")
-
-
-def _summary(run_dir: Path) -> dict | None:
-    p = run_dir / "summary.json"
-    try:
-        return json.loads(p.read_text()) if p.is_file() else None
-    except ValueError:
-        return None
 
 
 def _fmt(x) -> str:

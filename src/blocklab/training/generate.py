@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -104,8 +103,3 @@ def generate_text(
         stop_id=tokenizer.token_to_id(EOD),
     )
     return tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
-
-
-def summary_of(run: str | Path) -> dict:
-    p = Path(run) / "summary.json"
-    return json.loads(p.read_text()) if p.is_file() else {}

@@ -7,7 +7,6 @@ what a resume may change (rundir.py), checkpoint reads and writes (saving.py), t
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from blocklab.bench.machine import run_machine
 from blocklab.errors import UserError
 from blocklab.model import count_parameters
 from blocklab.model.checkpointing import checkpoint_activations
+from blocklab.run_summary import RunSummary, write_summary
 from blocklab.training import distributed, materialise, parallel
 from blocklab.training.config import RunConfig, compiles, describe_recipe, to_toml
 from blocklab.training.logger import MetricsLogger, grad_values
@@ -131,7 +131,7 @@ class Trainer(StepMixin):
         )
         self.saved_step = step
 
-    def summary(self, status: str, step: int, extra: dict | None = None) -> dict:
+    def summary(self, status: str, step: int, extra: dict | None = None) -> RunSummary:
         s, t = self.state, self.cfg.train
         out = {
             "status": status,
@@ -165,11 +165,12 @@ class Trainer(StepMixin):
         if hasattr(self.data, "unigram_eval_loss"):  # language-model corpora: the score of a failed run
             out["unigram_eval_loss"] = self.data.unigram_eval_loss
         out.update(extra or {})
+        summary = RunSummary.from_dict(out)
         if self.dist.main:
-            write_atomic(self.out / "summary.json", json.dumps(out, indent=2) + "\n")
-        return out
+            write_summary(self.out, summary)
+        return summary
 
-    def run(self) -> dict:
+    def run(self) -> RunSummary:
         try:
             return self._run()
         except BaseException:
@@ -181,7 +182,7 @@ class Trainer(StepMixin):
         finally:
             self.dist.close()
 
-    def _run(self) -> dict:
+    def _run(self) -> RunSummary:
         t = self.cfg.train
         start = self._restore() if self.resume else 0
         if self.dist.main:
@@ -244,7 +245,8 @@ class Trainer(StepMixin):
             summary = self.summary(status, done, {**stall.summary(), **extra})
         finally:
             # After the summary, which the trackers record; without one (an error) they mark the run failed.
-            logger.close(summary, [self.out / name for name in RUN_ARTIFACTS])
+            # The trackers record summary.json's contents as they are in the file.
+            logger.close(summary and summary.to_dict(), [self.out / name for name in RUN_ARTIFACTS])
         return summary
 
     def reads_step(self, done: int) -> bool:
@@ -347,8 +349,8 @@ def train(
     overwrite: bool = False,
     progress: bool | None = None,
     log=print,
-) -> dict:
-    """Train one run into `out`; returns the summary (also written to summary.json). A run that fails before its
+) -> RunSummary:
+    """Train one run into `out`; returns its summary (also written to summary.json). A run that fails before its
     first step leaves no folder it made (rundir.discard_run): the same command can run again."""
     out = Path(out)
     made = not out.exists()
