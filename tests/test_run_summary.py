@@ -66,7 +66,7 @@ def test_a_written_summary_reads_back_and_writes_back_byte_for_byte(tmp_path):
     (tmp_path / "summary.json").write_text(text(DIVERGED))
     s = read_summary(tmp_path)
     assert s.status == "diverged" and s.diverged_step == 19 and math.isnan(s.diverged_loss) and s.extra == {}
-    assert s.final_eval_loss is None and s.concurrent_runs == 2 and s.finished
+    assert s.final_eval_loss is None and s.concurrent_runs == 2 and s.launcher == "local"
     write_summary(tmp_path / "again", s)
     assert (tmp_path / "again" / "summary.json").read_text() == text(DIVERGED)
 

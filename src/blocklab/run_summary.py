@@ -17,8 +17,6 @@ from typing import Any
 from blocklab.atomic import write_atomic
 
 FILE = "summary.json"
-# How a run can end (docs/run-folder.md); a sweep also says `missing` for a run without a summary.
-STATUSES = ("completed", "diverged", "stalled", "interrupted")
 
 
 def _f(meaning: str, always: bool = False) -> Any:
@@ -120,11 +118,6 @@ class RunSummary:
     def has(self, name: str) -> bool:
         """Whether the run wrote field `name` (a task's field can be null: a translation run's BLEU before any)."""
         return name in self.present or getattr(self, name, None) is not None
-
-    @property
-    def finished(self) -> bool:
-        """Whether the run ended on its own (completed, diverged or stalled), not interrupted or missing."""
-        return self.status in ("completed", "diverged", "stalled")
 
 
 FIELDS = tuple(f for f in dataclasses.fields(RunSummary) if f.name not in ("extra", "present"))
