@@ -9,7 +9,7 @@ from pathlib import Path
 
 from blocklab.atomic import writable_dir, write_atomic
 from blocklab.errors import UserError
-from blocklab.experiments.jobs import FINISHED, LocalLauncher
+from blocklab.experiments.jobs import FINISHED, LocalLauncher, costliest_first
 from blocklab.experiments.lock import LOCK, sweep_lock
 from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
@@ -105,7 +105,7 @@ def track_in_sweep(run: RunSpec, sweep: str, out: Path) -> None:
 
 def _train_phase(runs: list[RunSpec], sweep: str, out: Path, launcher, progress, log, results: dict, total: int) -> str:
     tasks = []
-    for run in runs:
+    for run in costliest_first(runs):
         track_in_sweep(run, sweep, out)
         run_dir = out / "runs" / run.name
         status = run_status(run_dir)
