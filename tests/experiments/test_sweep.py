@@ -52,6 +52,9 @@ def test_presets_match_their_papers():
         for c in xq
     )
     assert sorted({c.train.lr for c in xq}) == [1e-3, 3e-3, 1e-2, 3e-2]
+    # fairseq's transformer_iwslt_de_en, their IWSLT14 model: an MLP twice the width (He & Hofmann's: four times)
+    assert all((c.model.n_layers, c.model.d_ff) == (6, 2 * c.model.d_model) for c in xq)
+    assert all(c.model.d_ff == 4 * c.model.d_model for c in he)
     xiong = [r for r in load_sweep("xiong-warmup").runs if r.config.train.optimizer == "adam"]  # SGD: test_presets
     assert {r.config.train.warmup_steps for r in xiong} == {0, 12, 100}
     assert all(r.config.train.schedule == "inv_sqrt" and r.config.train.inv_sqrt_scale == 100 for r in xiong)
