@@ -156,16 +156,19 @@ def test_a_sweep_lands_on_both_nodes_with_the_local_launchers_verdicts(two_nodes
 
 
 def test_ctrl_c_cancels_the_tasks_and_the_same_command_resumes(two_nodes, tmp_path, overrides):
-    # Short Pre-LN runs that finish first, then SAS-P runs that do not: Ctrl-C once one of them trains.
+    # Long SAS-P runs and short Pre-LN ones; a phase starts its costliest runs first, so the SAS-P runs train
+    # first: Ctrl-C once one of them has finished and another trains (the Pre-LN runs still queued).
     sweep = sweep_file(tmp_path, overrides, steps=200, seeds=(0, 1, 2), short=20)
     out = tmp_path / "ray"
     proc, log = compare(two_nodes, sweep, out)
     try:
 
-        def a_long_one_trains():
-            return any(p.stat().st_size > 0 for p in out.glob("runs/sas-p_s*/metrics.jsonl"))
+        def one_finished_and_another_trains():
+            ended = {p.parent for p in out.glob("runs/sas-p_s*/summary.json")}
+            training = [p for p in out.glob("runs/sas-p_s*/metrics.jsonl") if p.parent not in ended]
+            return ended and any(p.stat().st_size > 0 for p in training)
 
-        wait_for(a_long_one_trains, "a SAS-P run training", proc, log)
+        wait_for(one_finished_and_another_trains, "a finished SAS-P run and another training", proc, log)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: to the terminal's foreground group, compare's own
         assert finished(proc, log) == 130, log.read_text()[-4000:]
     finally:

@@ -187,10 +187,10 @@ def run_many(tasks: list[tuple], jobs: int, log=print, progress=None, on_done=No
 
 
 def _run_parallel(pool, tasks, jobs, log, on_done, results) -> tuple[str, dict]:
-    status = "completed"
-    pending = list(tasks)
     import torch
 
+    status = "completed"
+    pending = list(tasks)
     where = "one GPU each" if torch.cuda.is_available() else f"{_threads(jobs)} thread(s) each"
     log(f"{len(tasks)} runs, {jobs} at a time ({where})")
     running = {}
