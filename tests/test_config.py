@@ -105,3 +105,15 @@ def test_a_block_only_knob_on_another_block_is_one_line_from_the_command_line():
     ):
         load_config(None, {"model": {"block": "pre-ln", "hc_streams": 8}})
     assert load_config(None, {"model": {"block": "mhc", "hc_streams": 8}}).model.hc_streams == 8
+
+
+@pytest.mark.parametrize("block", ["pre-ln", "post-ln", "sas-p"])
+def test_rough_parameters_are_the_built_models_matrices(block):
+    from blocklab.model import build_model, count_parameters
+
+    cfg = ModelConfig(block=block, vocab_size=1024, d_model=64, n_layers=4, n_heads=4, d_ff=128, max_seq_len=64)
+    built = count_parameters(build_model(cfg))
+    # SAS-P has no value and projection matrices, so the rough count (every block's four) exceeds it a little;
+    # the others add only norms, biases and positions to it
+    assert 0.85 < cfg.rough_parameters / built <= (1.15 if block == "sas-p" else 1.0)
+    assert ModelConfig(**{**cfg.to_dict(), "n_layers": 8}).rough_parameters > cfg.rough_parameters

@@ -307,6 +307,12 @@ class ModelConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def rough_parameters(self) -> int:
+        """The embedding and each layer's attention and MLP matrices, no norms, biases or block extras: a size
+        known without building the model (to choose the meta device, to order runs by their work)."""
+        return self.vocab_size * self.d_model + self.n_layers * (4 * self.d_model**2 + 2 * self.d_model * self.d_ff)
+
     def resolved(self, name: str) -> float:
         """beta_ff / beta_sa with the block's default filled in."""
 

@@ -127,9 +127,8 @@ class LocalLauncher:
 def run_cost(config) -> float:
     """A run's training work, roughly (tokens x the weights a token passes through): to start the longest runs
     of a phase first, so that its end is not one long run on one core while the others wait."""
-    m, t = config.model, config.train
-    per_token = m.n_layers * (4 * m.d_model**2 + 2 * m.d_model * m.d_ff) + m.d_model * m.vocab_size
-    return float(t.steps) * t.batch_size * config.data.seq_len * per_token
+    t = config.train
+    return float(t.steps) * t.batch_size * config.data.seq_len * config.model.rough_parameters
 
 
 def costliest_first(runs: list) -> list:

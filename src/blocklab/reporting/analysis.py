@@ -114,8 +114,7 @@ def estimate_parameters(run: Run) -> int | None:
         from blocklab.model import build_model, count_parameters
 
         cfg = ModelConfig(**model)
-        rough = cfg.vocab_size * cfg.d_model + cfg.n_layers * (4 * cfg.d_model**2 + 2 * cfg.d_model * cfg.d_ff)
-        with torch.device("meta") if rough > 20_000_000 else contextlib.nullcontext():
+        with torch.device("meta") if cfg.rough_parameters > 20_000_000 else contextlib.nullcontext():
             return count_parameters(build_model(cfg))
     except Exception:  # noqa: BLE001 - an odd config only costs the column its value
         return None
