@@ -18,8 +18,10 @@ def toml_value(v) -> str:
 RUNS = (("pre-ln", "Pre-LN"), ("sas-p", "SAS-P"))
 
 
-def write_sweep(path, overrides, steps=10, values=(1e-3, 1e-2), seeds=(0, 1), runs=RUNS):
+def write_sweep(path, overrides, steps=10, values=(1e-3, 1e-2), seeds=(0, 1), runs=RUNS, probes=None):
     lines = ['name = "tiny"', f"seeds = {list(seeds)}", "[tune]", f"values = {list(values)}"]
+    if probes:
+        lines += ["[probes]"] + [f"{k} = {toml_value(v)}" for k, v in probes.items()]
     for section, values_ in overrides.items():
         lines.append(f"[base.{section}]")
         for k, v in values_.items():
@@ -40,9 +42,14 @@ def write_sweep(path, overrides, steps=10, values=(1e-3, 1e-2), seeds=(0, 1), ru
 
 @pytest.mark.slow
 def test_a_tiny_tuned_sweep_writes_verdicts_and_a_report_with_the_sensitivity_figure(tmp_path, overrides, capsys):
-    sweep = write_sweep(tmp_path / "sweep.toml", overrides)
+    probes = {"blocks": "pre-ln,sas-p", "depths": "1,2", "d-model": 16, "n-heads": 2, "d-ff": 32, "seq-len": 8,
+              "batch-size": 2, "vocab-size": 64, "seeds": 1, "batches": 1, "data": "random"}  # fmt: skip
+    sweep = write_sweep(tmp_path / "sweep.toml", overrides, probes=probes)
     out = tmp_path / "out"
     assert main(["compare", str(sweep), "--out", str(out), "--jobs", "1", "--no-progress"]) == 0
+    # the init probes, computed in their own process while the report drew, are in it
+    assert (out / "probes" / "probes.json").is_file() and (out / "figures" / "probes_hidden_norms.png").is_file()
+    assert "Signal propagation at initialisation" in (out / "report.md").read_text()
     v = json.loads((out / "verdicts.json").read_text())
     exp = v["experiments"]["tiny"]
     assert SPEC_EXPERIMENT_FIELDS <= set(exp) and set(exp["groups"]) == {"pre-ln", "sas-p"}

@@ -36,8 +36,8 @@ def test_every_preset_builds_valid_configs(name):
 def test_presets_match_their_papers():
     quick = load_sweep("quick")
     # tuning runs on seeds 5 and 6; 30 final runs follow (and a value beyond a grid edge where a best sits on one)
-    assert quick.seeds == [0, 1, 2, 3, 4] and len(quick.runs) == 2 * (2 * 3 + 4 * 4)
-    assert {r.config.train.seed for r in quick.runs} == {5, 6} and quick.n_runs == 44 + 30
+    assert quick.seeds == [0, 1, 2, 3, 4] and len(quick.runs) == 2 * (2 * 3 + 4 * 3)
+    assert {r.config.train.seed for r in quick.runs} == {5, 6} and quick.n_runs == 36 + 30
     he = [r.config for r in quick.runs if r.experiment == "he"]
     assert all(r.config.train.stall_patience == 0 for r in quick.runs)  # both recipes have a plateau
     assert {c.model.block for c in he} == {"pre-ln", "sas-p"} and all(c.model.init == "normal" for c in he)
@@ -51,7 +51,7 @@ def test_presets_match_their_papers():
         == ("xavier", "layernorm", "adam", "inv_sqrt", 30, 0.98)
         for c in xq
     )
-    assert sorted({c.train.lr for c in xq}) == [1e-3, 3e-3, 1e-2, 3e-2]
+    assert sorted({c.train.lr for c in xq}) == [1e-3, 3e-3, 1e-2]  # 3e-2 where a best at 1e-2 extends the grid
     # fairseq's transformer_iwslt_de_en, their IWSLT14 model: an MLP twice the width (He & Hofmann's: four times)
     assert all((c.model.n_layers, c.model.d_ff) == (6, 2 * c.model.d_model) for c in xq)
     assert all(c.model.d_ff == 4 * c.model.d_model for c in he)
@@ -167,38 +167,6 @@ def test_sweep_dir_must_match(tmp_path, overrides):
     other = build_sweep({"name": "u", "base": overrides, "runs": [{"name": "b"}]})
     with pytest.raises(UserError, match="holds the sweep"):
         run_sweep(other, tmp_path / "sw", progress=False, log=lambda *a: None)
-
-
-@pytest.mark.slow
-def test_sweep_probes_run_through_the_library_and_fail_in_one_line(tmp_path):
-    from blocklab.experiments import run_probes
-
-    probes = {
-        "blocks": "pre-ln",
-        "depths": "1",
-        "d-model": 16,
-        "n-heads": 2,
-        "d-ff": 32,
-        "seq-len": 8,
-        "batch-size": 2,
-        "vocab-size": 64,
-        "seeds": 1,
-        "batches": 1,
-        "data": "random",
-    }
-    sweep = build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}, "probes": probes})
-    logged = []
-    run_probes(sweep, tmp_path, log=logged.append)
-    assert (tmp_path / "probes" / "probes.json").is_file()
-    assert logged == [
-        "init probes: --blocks pre-ln --depths 1 --d-model 16 --n-heads 2 --d-ff 32 --seq-len 8 "
-        "--batch-size 2 --vocab-size 64 --seeds 1 --batches 1 --data random"
-    ]
-    bad = build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}, "probes": {**sweep.probes, "depths": "0"}})
-    with pytest.raises(UserError) as e:
-        run_probes(bad, tmp_path / "bad", log=lambda _: None)
-    assert str(e.value).startswith("the init probes failed: --depths: '0' is not a positive integer")
-    assert "\n" not in str(e.value)
 
 
 TWO = {"he": {"title": "He & Hofmann", "target_run": "pre-ln"}, "xiong": {"title": "Xiong", "target_run": "x-pre"}}

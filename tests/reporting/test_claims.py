@@ -47,3 +47,27 @@ def test_report_captions_carry_the_sentences(tmp_path, real_run, real_probes):
     assert "|x_L|^2/d from L=1 to L=2: Pre-LN" in captions["probes_hidden_norms.png"]
     assert "Mean over layers and heads" in captions["gains_r.png"]
     assert captions["loss_vs_step.png"].startswith("Final training loss (one seed each): lowest")
+
+
+@pytest.mark.slow
+def test_report_draws_its_own_figures_before_waiting_for_the_probes(tmp_path, real_run, real_probes):
+    """compare computes the probes while the report draws (experiments/probe_job.py): the report reads DIR/probes
+    only after `probes_ready` returns, and the gains (its own figures) are drawn by then, in the same order."""
+    import shutil
+
+    from blocklab.reporting import generate_report
+
+    root = tmp_path / "sweep"
+    shutil.copytree(real_run, root / "runs" / "r", ignore=shutil.ignore_patterns("checkpoints", "tb"))
+    drawn_before = []
+
+    def ready():
+        drawn_before.extend(p.name for p in (root / "figures").glob("*.png"))
+        shutil.copytree(real_probes, root / "probes")  # the probes arrive only now
+
+    report = generate_report(root, probes_ready=ready)
+    assert "gains_r.png" in drawn_before and not any(n.startswith("probes_") for n in drawn_before)
+    ids = [sec.id for sec in report.sections]
+    assert ids.index("init-probes") < ids.index("gains")  # the page keeps its order
+    captions = {f.path.name: f.caption for sec in report.sections for f in sec.figures}
+    assert "|x_L|^2/d from L=1 to L=2: Pre-LN" in captions["probes_hidden_norms.png"]

@@ -186,9 +186,11 @@ def run(args) -> int:
 
 
 def _run_locked(args, sweep, jobs: int, launcher) -> int:
+    import contextlib
     from pathlib import Path
 
-    from blocklab.experiments import run_probes, run_sweep
+    from blocklab.errors import UserError
+    from blocklab.experiments import run_sweep, start_probes
 
     result = run_sweep(
         sweep,
@@ -201,22 +203,33 @@ def _run_locked(args, sweep, jobs: int, launcher) -> int:
     )
     if result["status"] == "interrupted":
         return 130
-    run_probes(sweep, Path(args.out), log=_log)
-    for line in verdict_lines(result.get("verdicts") or {}):
-        print(line)
-    print(f"verdicts: {Path(args.out) / 'verdicts.json'}")
-    if not args.no_report:
+    probes = start_probes(sweep, Path(args.out), log=_log)  # alongside the report, which waits for them at the end
+    try:
+        for line in verdict_lines(result.get("verdicts") or {}):
+            print(line)
+        print(f"verdicts: {Path(args.out) / 'verdicts.json'}")
+        if args.no_report:
+            probes.wait()
+            return 0
         from blocklab.reporting import write_report
 
-        html, md = write_report(args.out)
-        print(f"report: {html}\n        {md}")
-        from blocklab.training.trackers import track_report
+        html, md = write_report(args.out, probes_ready=probes.wait)
+        probes.wait()
+    except BaseException as e:
+        if not isinstance(e, KeyboardInterrupt):  # the probes' work is kept even when the report cannot be written
+            with contextlib.suppress(UserError):
+                probes.wait()
+        raise
+    finally:
+        probes.stop()
+    print(f"report: {html}\n        {md}")
+    from blocklab.training.trackers import track_report
 
-        configs = [r.config for r in sweep.runs + result["finals"]]
-        verdicts = Path(args.out) / "verdicts.json"
-        used = track_report(Path(args.out), sweep.name, configs, [Path(html), Path(md), verdicts])
-        if used:
-            _log(f"report logged to {' and '.join(used)}: the run named 'report' in the sweep's group")
+    configs = [r.config for r in sweep.runs + result["finals"]]
+    verdicts = Path(args.out) / "verdicts.json"
+    used = track_report(Path(args.out), sweep.name, configs, [Path(html), Path(md), verdicts])
+    if used:
+        _log(f"report logged to {' and '.join(used)}: the run named 'report' in the sweep's group")
     return 0
 
 

@@ -2,13 +2,14 @@
 
 from blocklab.lazy import lazy_exports
 
-__all__ = ["PRESETS", "RunSpec", "Sweep", "build_sweep", "load_sweep", "run_probes", "run_sweep"]
+__all__ = ["PRESETS", "RunSpec", "Sweep", "build_sweep", "load_sweep", "run_probes", "run_sweep", "start_probes"]
 
 # Imported on first use: the runner brings torch, which listing the presets (the command line) does not need.
 _LAZY = {
     "PRESETS": "presets",
-    "run_probes": "runner",
+    "run_probes": "probe_job",
     "run_sweep": "runner",
+    "start_probes": "probe_job",
     "RunSpec": "sweep",
     "Sweep": "sweep",
     "build_sweep": "sweep",

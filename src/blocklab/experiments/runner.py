@@ -1,4 +1,5 @@
-"""Run a sweep into one directory: runs/<name>/ each, verdicts.json, then the init probes, then the report."""
+"""Run a sweep into one directory: runs/<name>/ each, then verdicts.json (the init probes and the report follow:
+experiments/probe_job.py, cli/compare.py)."""
 
 from __future__ import annotations
 
@@ -257,24 +258,6 @@ def _note_leftovers(sweep: Sweep, finals: list[RunSpec], out: Path, log) -> None
             f"{len(left)} run(s) in {out / 'runs'} are not part of this sweep ({', '.join(left[:3])}"
             f"{', ...' if len(left) > 3 else ''}): kept, but left out of the verdicts and the report"
         )
-
-
-def run_probes(sweep: Sweep, out: Path, log=print) -> None:
-    """The sweep's init probes, once (kept if already there), with the options of `blocklab probe`."""
-    if not sweep.probes or (out / "probes" / "probes.json").is_file():
-        return
-    from blocklab.probes.runner import run_options
-
-    args = ["--out", str(out / "probes")]
-    for key, value in sweep.probes.items():
-        args += [f"--{key}", str(value)]
-    if sweep.base.get("data", {}).get("source") and "data" not in sweep.probes:
-        args += ["--data", str(sweep.base["data"]["source"])]
-    log("init probes: " + " ".join(args[2:]))
-    try:
-        run_options(args)
-    except UserError as e:
-        raise UserError(f"the init probes failed: {e}") from None
 
 
 def _f(x, fmt=".3f") -> str:

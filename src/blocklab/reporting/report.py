@@ -259,9 +259,12 @@ def _probe_caption(root: Path, png: Path, caption: str) -> str:
     return f"{caption} {claims.probe_sentences(result).get(name, '')}".strip() if result else caption
 
 
-def build_report(root: str | Path, target_loss: float | None = None, allow_changed: bool = False) -> Report:
+def build_report(
+    root: str | Path, target_loss: float | None = None, allow_changed: bool = False, probes_ready=None
+) -> Report:
     """Read DIR, compute the tables and draw every figure into DIR/figures/ (writes no page). A run whose
-    settings differ from sweep.json's plan is refused (UserError), or with `allow_changed` reported marked."""
+    settings differ from sweep.json's plan is refused (UserError), or with `allow_changed` reported marked.
+    `probes_ready`, when given, is called before DIR/probes is read: it returns once the init probes are there."""
     if target_loss is not None and (not math.isfinite(target_loss) or target_loss <= 0):
         raise UserError(f"--target-loss {target_loss!r} is not valid; give a positive loss value")
     root = Path(root)
@@ -293,21 +296,7 @@ def build_report(root: str | Path, target_loss: float | None = None, allow_chang
     down = _downstream_section(root, existing, sweep, fig_dir)
     if down:
         sections.append(down)
-    probes = F.probe_figures(root, fig_dir)
-    if probes:
-        sections.append(
-            Section(
-                "init-probes",
-                "Signal propagation at initialisation (blocklab probe)",
-                paragraphs=[
-                    "Measured on freshly initialised models of several depths; the papers' predictions are "
-                    "drawn dashed."
-                ],
-                figures=[Figure(p, t, _probe_caption(root, p, c)) for p, t, c in probes],
-                pre=_probe_table(root),
-            )
-        )
-
+    # The gains before the probes' figures: compare computes the probes meanwhile (experiments/probe_job.py).
     gains = Section("gains", "Gain trajectories")
     for r in existing:
         if r.has_gains:
@@ -327,6 +316,23 @@ def build_report(root: str | Path, target_loss: float | None = None, allow_chang
             + ", ".join(without)
             + " (blocks without shaped attention or gain scalars have none)."
         )
+    if probes_ready is not None:
+        probes_ready()
+    probes = F.probe_figures(root, fig_dir)
+    if probes:
+        sections.append(
+            Section(
+                "init-probes",
+                "Signal propagation at initialisation (blocklab probe)",
+                paragraphs=[
+                    "Measured on freshly initialised models of several depths; the papers' predictions are "
+                    "drawn dashed."
+                ],
+                figures=[Figure(p, t, _probe_caption(root, p, c)) for p, t, c in probes],
+                pre=_probe_table(root),
+            )
+        )
+
     sections.append(gains)
     if claims_at_end:  # claims that name no experiment of verdicts.json
         sections.append(claims_at_end)
@@ -392,18 +398,20 @@ def _downstream_section(root: Path, runs: list[Run], sweep: dict, fig_dir: Path)
     )
 
 
-def generate_report(root: str | Path, target_loss: float | None = None, allow_changed: bool = False) -> Report:
+def generate_report(
+    root: str | Path, target_loss: float | None = None, allow_changed: bool = False, probes_ready=None
+) -> Report:
     """build_report, then write DIR/report.html (self-contained) and DIR/report.md; returns the Report."""
     from blocklab.reporting.render import to_html, to_markdown
 
-    report = build_report(root, target_loss, allow_changed)
+    report = build_report(root, target_loss, allow_changed, probes_ready)
     report.html_path, report.md_path = report.root / "report.html", report.root / "report.md"
     write_atomic(report.html_path, to_html(report))
     write_atomic(report.md_path, to_markdown(report))
     return report
 
 
-def write_report(root: str | Path, target_loss: float | None = None) -> tuple[Path, Path]:
+def write_report(root: str | Path, target_loss: float | None = None, probes_ready=None) -> tuple[Path, Path]:
     """Write DIR/report.html and DIR/report.md (figures in DIR/figures/); returns (html_path, md_path)."""
-    report = generate_report(root, target_loss)
+    report = generate_report(root, target_loss, probes_ready=probes_ready)
     return report.html_path, report.md_path
