@@ -183,6 +183,23 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+def test_a_refused_folder_leaves_no_worker_behind(tmp_path, overrides, capsys):
+    """compare starts its workers before it checks DIR (they import torch meanwhile): a refusal ends them."""
+    import os
+
+    sweep = write_sweep(tmp_path / "sweep.toml", overrides)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["compare", str(sweep), "--out", str(out), "--jobs", "2", "--no-progress"]) == 2
+    assert "holds no blocklab sweep" in capsys.readouterr().err
+    workers = spawned_workers(os.getpid())
+    if workers is None:
+        pytest.skip("no /proc to list processes")
+    assert not [pid for pid in workers if alive(pid)]
+
+
+@pytest.mark.slow
 def test_sigterm_to_compare_stops_every_parallel_run_and_the_same_command_resumes(tmp_path, overrides, capsys):
     import signal
     import subprocess

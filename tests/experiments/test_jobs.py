@@ -49,6 +49,33 @@ def test_the_phases_of_a_sweep_share_one_pool_of_workers(monkeypatch):
     assert pools[0].closed and launcher._pool is None
 
 
+def test_prepare_starts_the_workers_before_the_first_phase_and_they_serve_it(monkeypatch):
+    pools, given = [], []
+
+    class Pool:
+        def __init__(self, n):
+            self.n, self.submitted, self.closed = n, [], False
+            pools.append(self)
+
+        def submit(self, fn):
+            self.submitted.append(fn)
+
+        def shutdown(self):
+            self.closed = True
+
+    monkeypatch.setattr(jobs, "worker_pool", Pool)
+    monkeypatch.setattr(jobs, "run_many", lambda tasks, n, *a, pool=None: given.append(pool) or ("completed", {}))
+    jobs.LocalLauncher(1).prepare()
+    assert pools == []  # one job trains in this process: no worker to start
+    launcher = jobs.LocalLauncher(2)
+    launcher.prepare()
+    assert len(pools) == 1 and pools[0].submitted == [jobs._import_trainer] * 2  # each worker imports the trainer
+    launcher.run([("run",)] * 2)
+    assert given == [pools[0]] and len(pools) == 1
+    launcher.close()
+    assert pools[0].closed
+
+
 def test_one_job_or_a_single_run_starts_no_worker(monkeypatch):
     monkeypatch.setattr(jobs, "worker_pool", lambda n: (_ for _ in ()).throw(AssertionError("a pool started")))
     monkeypatch.setattr(jobs, "run_many", lambda tasks, n, *a, pool=None: ("completed", {"pool": pool}))

@@ -181,8 +181,16 @@ def run(args) -> int:
         f"sweep {sweep.name}: {sweep.n_runs} runs into {args.out}, {where} ({sweep.expected_cost or 'cost unknown'})",
         file=sys.stderr,
     )
-    with sweep_lock(args.out):  # one compare at a time in DIR, its probes and report included
-        return _run_locked(args, sweep, jobs, launcher)
+    if launcher is None:
+        from blocklab.experiments.jobs import LocalLauncher
+
+        launcher = LocalLauncher(jobs)
+        launcher.prepare()  # the workers import torch while the folder is checked and the first phase planned
+    try:
+        with sweep_lock(args.out):  # one compare at a time in DIR, its probes and report included
+            return _run_locked(args, sweep, jobs, launcher)
+    finally:
+        launcher.close()
 
 
 def _run_locked(args, sweep, jobs: int, launcher) -> int:

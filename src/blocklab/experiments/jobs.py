@@ -70,6 +70,10 @@ def _init_worker(threads: int, devices, slot) -> None:
     torch.set_num_threads(threads)
 
 
+def _import_trainer() -> None:
+    import blocklab.training.trainer  # noqa: F401
+
+
 def _train_one(config, run_dir: str, resume: bool, label: str, jobs: int) -> RunSummary:
     import torch
 
@@ -111,6 +115,14 @@ class LocalLauncher:
 
     def start(self, out: Path, log=print) -> None:
         """Ready to train into `out` (nothing to check on this machine: compare has checked the folder)."""
+
+    def prepare(self) -> None:
+        """Start the workers now, before the sweep is planned: each imports torch and the trainer (seconds on a
+        fresh install, where every module is compiled once) while compare reads the runs and the folder."""
+        if self.jobs > 1 and self._pool is None:
+            self._pool = worker_pool(self.jobs)
+            for _ in range(self.jobs):
+                self._pool.submit(_import_trainer)
 
     def run(self, tasks: list[tuple], log=print, progress=None, on_done=None) -> tuple[str, dict]:
         if self.jobs > 1 and self._pool is None and len(tasks) > 1:
