@@ -66,6 +66,11 @@ class _Record:
     FIELDS: ClassVar[tuple] = ()  # the record's own fields, in the file's order: set by record()
 
     @classmethod
+    def of(cls, value):
+        """`value` as this record: a record as it is, a JSON object read into one (callers may hold either)."""
+        return cls.from_dict(value) if isinstance(value, dict) else value
+
+    @classmethod
     def from_dict(cls, data: dict):
         known = {f.name: f for f in cls.FIELDS}
         return cls(
