@@ -25,7 +25,7 @@ from blocklab.experiments.judge import (
 from blocklab.experiments.protocol import DEFAULT_MARGIN
 from blocklab.experiments.records import group_facts
 from blocklab.experiments.sweep import group_key
-from blocklab.verdicts_record import NotVerdicts, read_verdicts, verdicts_path
+from blocklab.verdicts_record import Experiment, NotVerdicts, VerdictsFile, read_verdicts, verdicts_path
 
 
 def _old_seeds(seeds, statuses, scores) -> dict:
@@ -125,20 +125,20 @@ def _read_plan(path: Path) -> dict | None:
         return None
 
 
-def changes(old: dict, new: dict) -> list[str]:
+def changes(old: VerdictsFile | dict, new: VerdictsFile | dict) -> list[str]:
     """What a rejudge changed: each comparison's word and each claim's status."""
+    old, new = VerdictsFile.of(old), VerdictsFile.of(new)
+    before_all = old.experiment_records
     lines = []
-    for name, exp in new["experiments"].items():
-        before = (old.get("experiments") or {}).get(name) or {}
-        for g, c in exp["comparisons"].items():
-            was = ((before.get("comparisons") or {}).get(g) or {}).get("verdict")
-            if was != c["verdict"]:
-                lines.append(f"{name}: {exp['groups'][g]['label']}: {was} -> {c['verdict']}")
-    old_claims = {
-        (c.get("paper"), c.get("experiment"), c.get("claim")): c.get("status") for c in old.get("claims") or []
-    }
-    for c in new["claims"]:
-        was = old_claims.get((c["paper"], c["experiment"], c["claim"]), "no such claim before")
-        if was != c["status"]:
-            lines.append(f"claim {c['paper']}, {c['experiment']}: {c['claim']}: {was} -> {c['status']}")
+    for name, exp in new.experiments.items():
+        before = before_all.get(name) or Experiment()
+        for g, c in exp.comparisons.items():
+            was = getattr((before.comparisons or {}).get(g), "verdict", None)
+            if was != c.verdict:
+                lines.append(f"{name}: {exp.groups[g].label}: {was} -> {c.verdict}")
+    old_claims = {(c.paper, c.experiment, c.claim): c.status for c in old.claim_records}
+    for c in new.claims:
+        was = old_claims.get((c.paper, c.experiment, c.claim), "no such claim before")
+        if was != c.status:
+            lines.append(f"claim {c.paper}, {c.experiment}: {c.claim}: {was} -> {c.status}")
     return lines
