@@ -111,9 +111,12 @@ def test_the_verdicts_docs_list_exactly_the_records_fields():
     documented = {}
     for part in section.split("\n### ")[1:]:
         name = re.match(r"`(\w+)`", part).group(1)
-        documented[name] = [cell for row in part.splitlines() if row.startswith("| `") for cell in _first_cell(row)]
-    assert documented == {r.__name__: [f.name for f in r.FIELDS] for r in RECORDS}
+        documented[name] = [_cells(row) for row in part.splitlines() if row.startswith("| `")]
+    layer = {True: "raw", False: "derived"}
+    assert documented == {r.__name__: [(f.name, layer[f.metadata["raw"]]) for f in r.FIELDS] for r in RECORDS}
 
 
-def _first_cell(row: str) -> list[str]:
-    return re.findall(r"`(\w+)`", row.split("|")[1])
+def _cells(row: str) -> tuple[str, str]:
+    """(field, layer) of a table row `| `name` | layer | meaning |`."""
+    cells = row.split("|")
+    return re.fullmatch(r"\s*`(\w+)`\s*", cells[1]).group(1), cells[2].strip()

@@ -25,10 +25,11 @@ class NotVerdicts(ValueError):
     """The file is JSON but no verdicts: no `experiments` table."""
 
 
-def _f(meaning: str, nested: Any = None) -> Any:
+def _f(meaning: str, nested: Any = None, raw: bool = False) -> Any:
     """A field of a record. `nested`: a record class (an object of it), ("list", C) or ("map", C) (a list or an
-    object of C's, C itself a record class or another such pair); None for a plain JSON value."""
-    return field(default=None, metadata={"meaning": meaning, "nested": nested})
+    object of C's, C itself a record class or another such pair); None for a plain JSON value. `raw`: the field
+    belongs to the raw layer, gathered from the runs (experiments/judge.py derives every other one from it)."""
+    return field(default=None, metadata={"meaning": meaning, "nested": nested, "raw": raw})
 
 
 def _load(value: Any, nested: Any) -> Any:
@@ -110,31 +111,35 @@ def record(cls):
 
 @record
 class CurvePoint(_Record):
-    value: Any = _f("the tuned setting's value")
-    seeds: list | None = _f("the tuning seeds run at it")
-    statuses: list | None = _f("each seed's outcome: completed, diverged, stalled, plateau, missing, interrupted")
-    raw: list | None = _f("each seed's final score whatever its outcome (null where it has none)")
-    extended: bool | None = _f("a value beyond the grid's edge that compare added")
+    value: Any = _f("the tuned setting's value", raw=True)
+    seeds: list | None = _f("the tuning seeds run at it", raw=True)
+    statuses: list | None = _f(
+        "each seed's outcome: completed, diverged, stalled, plateau, missing, interrupted", raw=True
+    )
+    raw: list | None = _f("each seed's final score whatever its outcome (null where it has none)", raw=True)
+    extended: bool | None = _f("a value beyond the grid's edge that compare added", raw=True)
     scores: list | None = _f("each seed's score where it completed (null otherwise)")
     mean: float | None = _f("the mean over its completed seeds")
 
 
 @record
 class Group(_Record):
-    label: str | None = _f("the group's name in the report")
-    settings: dict | None = _f("the dotted settings that set it apart")
-    facts: dict | None = _f("block, family, kind, norm, warmup, optimizer...: what the claims select by")
-    curve: list | None = _f("the tuning curve, a point per value", ("list", CurvePoint))
-    seeds: list | None = _f("the final seeds")
-    statuses: list | None = _f("each final seed's outcome")
-    raw: list | None = _f("each final seed's score whatever its outcome (null where it has none)")
-    n_params: int | None = _f("the model's parameters")
-    tokens_per_s: float | None = _f("the median training speed of its completed final runs")
-    measured_alone: bool | None = _f("whether every completed final run trained alone on its machine")
-    flops: float | None = _f("the training FLOPs of one final run")
-    eval_se: float | None = _f("the median standard error of a final run's eval loss over the eval batches")
-    eval_se_paired: float | None = _f("the median paired standard error against the reference over shared batches")
-    measures: dict | None = _f("per-seed measures the claims read (steps_to_reference, first_token_mass...)")
+    label: str | None = _f("the group's name in the report", raw=True)
+    settings: dict | None = _f("the dotted settings that set it apart", raw=True)
+    facts: dict | None = _f("block, family, kind, norm, warmup, optimizer...: what the claims select by", raw=True)
+    curve: list | None = _f("the tuning curve, a point per value", ("list", CurvePoint), raw=True)
+    seeds: list | None = _f("the final seeds", raw=True)
+    statuses: list | None = _f("each final seed's outcome", raw=True)
+    raw: list | None = _f("each final seed's score whatever its outcome (null where it has none)", raw=True)
+    n_params: int | None = _f("the model's parameters", raw=True)
+    tokens_per_s: float | None = _f("the median training speed of its completed final runs", raw=True)
+    measured_alone: bool | None = _f("whether every completed final run trained alone on its machine", raw=True)
+    flops: float | None = _f("the training FLOPs of one final run", raw=True)
+    eval_se: float | None = _f("the median standard error of a final run's eval loss over the eval batches", raw=True)
+    eval_se_paired: float | None = _f(
+        "the median paired standard error against the reference over shared batches", raw=True
+    )
+    measures: dict | None = _f("per-seed measures the claims read (steps_to_reference, first_token_mass...)", raw=True)
     best: Any = _f("the tuned value its final seeds ran at")
     best_at_edge: bool | None = _f("the best is the grid's first or last value")
     stable: list | None = _f("[low, high]: the values within tolerance of the best mean")
@@ -174,24 +179,26 @@ class Comparison(_Record):
 
 @record
 class SecondaryMetric(_Record):
-    lower_is_better: bool | None = _f("the metric's direction")
-    cap: float | None = _f("what a model that learned nothing scores (null: none)")
-    limit: int | None = _f("harness metrics: the examples per task")
-    step: int | None = _f("fine-tuning: the pretraining step fine-tuned from")
-    margin: float | None = _f("the equivalence margin (null: no equivalence test)")
-    groups: dict | None = _f("{group: its seeds, statuses, raw, scores, failed, mean, sd, ci95}", ("map", Group))
+    lower_is_better: bool | None = _f("the metric's direction", raw=True)
+    cap: float | None = _f("what a model that learned nothing scores (null: none)", raw=True)
+    limit: int | None = _f("harness metrics: the examples per task", raw=True)
+    step: int | None = _f("fine-tuning: the pretraining step fine-tuned from", raw=True)
+    margin: float | None = _f("the equivalence margin (null: no equivalence test)", raw=True)
+    groups: dict | None = _f(
+        "{group: its seeds, statuses, raw, scores, failed, mean, sd, ci95}", ("map", Group), raw=True
+    )
     comparisons: dict | None = _f("{group: its comparison with the reference}", ("map", Comparison))
     family_size: int | None = _f("the metric's own family's size")
 
 
 @record
 class FrontierPoint(_Record):
-    size: int | None = _f("the size's index")
-    flops: float | None = _f("the training FLOPs of one run")
-    best: Any = _f("the tuned value it ran at")
-    seeds: list | None = _f("its final seeds")
-    statuses: list | None = _f("each seed's outcome")
-    raw: list | None = _f("each seed's score whatever its outcome")
+    size: int | None = _f("the size's index", raw=True)
+    flops: float | None = _f("the training FLOPs of one run", raw=True)
+    best: Any = _f("the tuned value it ran at", raw=True)
+    seeds: list | None = _f("its final seeds", raw=True)
+    statuses: list | None = _f("each seed's outcome", raw=True)
+    raw: list | None = _f("each seed's score whatever its outcome", raw=True)
     scores: list | None = _f("each seed's score where it completed")
     mean: float | None = _f("the mean over completed seeds")
     ci95: list | None = _f("its 95% interval")
@@ -199,7 +206,7 @@ class FrontierPoint(_Record):
 
 @record
 class Frontier(_Record):
-    points: list | None = _f("a point per size", ("list", FrontierPoint))
+    points: list | None = _f("a point per size", ("list", FrontierPoint), raw=True)
     fit: dict | None = _f("the power law of score against training FLOPs")
     multiplier: float | None = _f("the compute multiplier against the reference's law")
     multiplier_ci95: list | None = _f("its 95% interval")
@@ -207,26 +214,28 @@ class Frontier(_Record):
 
 @record
 class Experiment(_Record):
-    title: str | None = _f("the experiment's title")
-    metric: str | None = _f("the primary metric: final_eval_loss")
-    lower_is_better: bool | None = _f("its direction")
-    tuned: str | None = _f("the tuned setting (train.lr), null when untuned")
-    values: list | None = _f("the grid's values")
-    tuning_seeds: list | None = _f("the tuning seeds")
-    extend: int | None = _f("values compare may add beyond each edge")
-    reference: str | None = _f("the group every other is compared with")
-    tolerance: float | None = _f("how far within the best mean a value is stable; how far past the cap a run must get")
-    margin: float | None = _f("the equivalence margin")
-    cap: float | None = _f("the unigram model's eval loss: a run that does not get past it failed")
-    tuning_runs_reused: bool | None = _f("tuning runs reused as final seeds")
-    seeds_auto: dict | None = _f('with seeds = "auto": the estimate and the seed count')
-    eval_noise: float | None = _f("the eval set's own noise in a difference")
-    eval_noise_paired: bool | None = _f("eval_noise is paired over shared eval batches")
-    sizes: list | None = _f("a sweep with sizes: each size's settings")
-    factor: dict | None = _f("a factor's level: name, key, level, value, levels")
-    groups: dict | None = _f("{group: its record}", ("map", Group))
-    secondary: dict | None = _f("{metric: its record}", ("map", SecondaryMetric))
-    frontier: dict | None = _f("{group: its compute frontier}, null without sizes", ("map", Frontier))
+    title: str | None = _f("the experiment's title", raw=True)
+    metric: str | None = _f("the primary metric: final_eval_loss", raw=True)
+    lower_is_better: bool | None = _f("its direction", raw=True)
+    tuned: str | None = _f("the tuned setting (train.lr), null when untuned", raw=True)
+    values: list | None = _f("the grid's values", raw=True)
+    tuning_seeds: list | None = _f("the tuning seeds", raw=True)
+    extend: int | None = _f("values compare may add beyond each edge", raw=True)
+    reference: str | None = _f("the group every other is compared with", raw=True)
+    tolerance: float | None = _f(
+        "how far within the best mean a value is stable; how far past the cap a run must get", raw=True
+    )
+    margin: float | None = _f("the equivalence margin", raw=True)
+    cap: float | None = _f("the unigram model's eval loss: a run that does not get past it failed", raw=True)
+    tuning_runs_reused: bool | None = _f("tuning runs reused as final seeds", raw=True)
+    seeds_auto: dict | None = _f('with seeds = "auto": the estimate and the seed count', raw=True)
+    eval_noise: float | None = _f("the eval set's own noise in a difference", raw=True)
+    eval_noise_paired: bool | None = _f("eval_noise is paired over shared eval batches", raw=True)
+    sizes: list | None = _f("a sweep with sizes: each size's settings", raw=True)
+    factor: dict | None = _f("a factor's level: name, key, level, value, levels", raw=True)
+    groups: dict | None = _f("{group: its record}", ("map", Group), raw=True)
+    secondary: dict | None = _f("{metric: its record}", ("map", SecondaryMetric), raw=True)
+    frontier: dict | None = _f("{group: its compute frontier}, null without sizes", ("map", Frontier), raw=True)
     noise_floor: float | None = _f("the reference's sd over its final seeds")
     pooled_sd: float | None = _f("the within-group sd pooled over groups")
     eval_noise_ratio: float | None = _f("eval_noise / pooled_sd")
@@ -268,8 +277,8 @@ class Interaction(_Record):
 
 @record
 class VerdictsFile(_Record):
-    sweep: str | None = _f("the sweep's name")
-    experiments: dict | None = _f("{experiment: its record}", ("map", Experiment))
+    sweep: str | None = _f("the sweep's name", raw=True)
+    experiments: dict | None = _f("{experiment: its record}", ("map", Experiment), raw=True)
     format: int | None = _f("the file's layout (2: failures apart, paired tests, families); older files have none")
     claims: list | None = _f("the papers' claims, judged", ("list", Claim))
     interactions: dict | None = _f(
@@ -290,6 +299,11 @@ class VerdictsFile(_Record):
 
 RECORDS = (VerdictsFile, Experiment, Group, CurvePoint, Comparison, SecondaryMetric, Frontier, FrontierPoint)
 RECORDS += (Claim, Interaction)
+
+
+def raw_fields(record_class) -> list[str]:
+    """The raw layer's fields of a record class, in the file's order: what a rejudge reads back."""
+    return [f.name for f in record_class.FIELDS if f.metadata["raw"]]
 
 
 def verdicts_path(out: str | Path) -> Path:
