@@ -31,21 +31,21 @@ def spec_of(overrides, **extra):
 def test_the_verdicts_compare_the_groups_on_the_harness_metric(tmp_path, overrides):
     out = tmp_path / "out"
     result = run_sweep(build_sweep(spec_of(overrides)), out, progress=False, log=lambda *a: None)
-    exp = result["verdicts"]["experiments"]["ev"]
-    m = exp["secondary"][METRIC]
-    assert m["lower_is_better"] is True and m["limit"] == 1
-    for group, entry in m["groups"].items():
-        assert entry["seeds"] == [0, 1]
-        for seed, score in zip(entry["seeds"], entry["scores"]):
+    exp = result["verdicts"].experiments["ev"]
+    m = exp.secondary[METRIC]
+    assert m.lower_is_better is True and m.limit == 1
+    for group, entry in m.groups.items():
+        assert entry.seeds == [0, 1]
+        for seed, score in zip(entry.seeds, entry.scores):
             stored = [
                 json.loads(p.read_text()) for p in (out / "runs" / f"{group}_s{seed}" / "eval").glob("results-*.json")
             ]
             assert len(stored) == 1 and score == metric_value(stored[0], "blocklab_val_bpb", "bits_per_byte")
             assert 0 < score < 20
-    c = m["comparisons"]["sas-p"]
-    assert c["against"] == "pre-ln" and c["n"] == [2, 2] and c["test"] == "welch"
+    c = m.comparisons["sas-p"]
+    assert c.against == "pre-ln" and c.n == [2, 2] and c.test == "welch"
     # the harness metric is a family of its own: one test, no correction from the loss's
-    assert m["family_size"] == 1 and c["p_holm"] == c["p"]
+    assert m.family_size == 1 and c.p_holm == c.p
     table = secondary_table(exp, "ev")
     assert any("bits per byte (lm-eval)" in row[0] for row in table.rows)
     assert "Lower is better" in table.notes[0]

@@ -307,24 +307,27 @@ def _list(sweep) -> None:
             )
 
 
-def verdict_lines(verdicts: dict) -> list[str]:
+def verdict_lines(verdicts) -> list[str]:
     """The verdicts in a few lines for the terminal: each comparison's word beside its difference, family
-    interval, test and seeds, failures and what it could have missed; then each claim's status."""
+    interval, test and seeds, failures and what it could have missed; then each claim's status. `verdicts`: the
+    VerdictsFile record, or the file's content."""
     from blocklab.reporting.verdict_words import comparison_line
+    from blocklab.verdicts_record import VerdictsFile
 
+    verdicts = VerdictsFile.of(verdicts)
     lines = []
-    for exp, result in (verdicts.get("experiments") or {}).items():
-        family = result.get("family_size")
+    for name, exp in (verdicts.experiments or {}).items():
+        family = exp.family_size
         lines.append(
-            f"{exp}: reference {result['groups'][result['reference']]['label']}"
+            f"{name}: reference {exp.groups[exp.reference].label}"
             + (f" ({family} tests in the family)" if family else "")
         )
-        for name, c in result["comparisons"].items():
-            g = result["groups"][name]
-            best = "" if g.get("best") is None else f" at {short(result['tuned'])} {_value(g['best'])}"
-            lines.append(f"  {g['label']}{best}: {comparison_line(c)}")
-    for claim in verdicts.get("claims") or []:
-        lines.append(f"claim ({claim['paper']}) {claim['claim']}: {claim['status']}")
+        for group, c in exp.comparisons.items():
+            g = exp.groups[group]
+            best = "" if g.best is None else f" at {short(exp.tuned)} {_value(g.best)}"
+            lines.append(f"  {g.label}{best}: {comparison_line(c)}")
+    for claim in verdicts.claims or []:
+        lines.append(f"claim ({claim.paper}) {claim.claim}: {claim.status}")
     return lines
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
@@ -68,18 +67,18 @@ def add_parser(sub) -> None:
 
 
 def _rejudge(root: Path) -> None:
-    from blocklab.atomic import write_atomic
     from blocklab.experiments.rejudge import rejudge
     from blocklab.experiments.runner import keep_aside
+    from blocklab.verdicts_record import VerdictsFile, verdicts_path, verdicts_text, write_verdicts
 
-    path = root / "verdicts.json"
-    new, changes = rejudge(root)
-    text = json.dumps(new, indent=2) + "\n"
-    if text == path.read_text():
+    path = verdicts_path(root)
+    judged, changes = rejudge(root)
+    new = VerdictsFile.from_dict(judged)
+    if verdicts_text(new) == path.read_text():
         print(f"{path}: unchanged under the current rules")
         return
     kept = keep_aside(path, root)
-    write_atomic(path, text)
+    write_verdicts(root, new)
     print(f"rejudged {path} (the earlier file: {kept})")
     for line in changes or ["no verdict word or claim status changed (other fields did)"]:
         print(f"  {line}")

@@ -18,23 +18,19 @@ from blocklab import stats
 from blocklab.experiments.claims import claim_pairs, judge_claims
 from blocklab.experiments.factors import judge_interactions
 from blocklab.experiments.frontier import judge_frontier
+from blocklab.verdicts_record import CurvePoint, Experiment, FrontierPoint, Group, SecondaryMetric, raw_fields
 
 FAILED = ("diverged", "stalled", "plateau")  # a run that ended on (or near) the unigram plateau: "plateau"
 TRAINED = ("completed", "plateau")  # trained to the end of its schedule; its raw score says which
 FORMAT = 2  # verdicts.json's layout: failures apart, tests paired by seed, families, claims with their rules
 
-RAW_EXPERIMENT = (
-    "title metric lower_is_better tuned values tuning_seeds extend reference tolerance margin cap "
-    "tuning_runs_reused seeds_auto eval_noise eval_noise_paired sizes factor groups secondary frontier"
-).split()
-RAW_GROUP = (
-    "label settings facts curve seeds statuses raw n_params tokens_per_s measured_alone flops eval_se "
-    "eval_se_paired measures"
-).split()
-RAW_POINT = "value seeds statuses raw extended".split()
-RAW_METRIC = "lower_is_better cap limit step margin groups".split()
-RAW_SEEDS = "seeds statuses raw".split()
-RAW_FRONTIER_POINT = "size flops best seeds statuses raw".split()
+# The raw layer, as verdicts_record declares it: judge reads these fields and derives every other one.
+RAW_EXPERIMENT = raw_fields(Experiment)
+RAW_GROUP = raw_fields(Group)
+RAW_POINT = raw_fields(CurvePoint)
+RAW_METRIC = raw_fields(SecondaryMetric)
+RAW_SEEDS = "seeds statuses raw".split()  # a secondary metric's group: its outcomes alone
+RAW_FRONTIER_POINT = raw_fields(FrontierPoint)
 
 
 def pick(d: dict, keys: list[str]) -> dict:

@@ -25,6 +25,7 @@ from blocklab.experiments.judge import (
 from blocklab.experiments.protocol import DEFAULT_MARGIN
 from blocklab.experiments.records import group_facts
 from blocklab.experiments.sweep import group_key
+from blocklab.verdicts_record import Experiment, NotVerdicts, VerdictsFile, read_verdicts, verdicts_path
 
 
 def _old_seeds(seeds, statuses, scores) -> dict:
@@ -88,22 +89,23 @@ def upgrade(verdicts: dict, plan: dict | None, out: Path) -> dict:
     return {"sweep": verdicts.get("sweep"), "experiments": experiments}
 
 
-def _read(path: Path) -> dict:
+def _read(out: Path) -> dict:
+    """DIR/verdicts.json's content, as judge reads it (plain JSON objects); a UserError saying why where it cannot."""
+    path = verdicts_path(out)
     try:
-        data = json.loads(path.read_text())
+        return read_verdicts(out).to_dict()
     except FileNotFoundError:
         raise UserError(f"{path} not found: --rejudge needs the verdicts.json of a finished sweep") from None
+    except NotVerdicts:
+        raise UserError(f"{path} holds no `experiments` table; nothing to rejudge") from None
     except (OSError, ValueError) as e:
         raise UserError(f"{path} could not be read ({type(e).__name__}: {e}); nothing to rejudge") from None
-    if not isinstance(data, dict) or not isinstance(data.get("experiments"), dict):
-        raise UserError(f"{path} holds no `experiments` table; nothing to rejudge")
-    return data
 
 
 def rejudge(out: str | Path) -> tuple[dict, list[str]]:
     """(DIR/verdicts.json recomputed under the current rules, the lines saying what changed)."""
     out = Path(out)
-    old = _read(out / "verdicts.json")
+    old = _read(out)
     if old.get("format") == FORMAT:
         raw = raw_layer(old)
     else:
@@ -112,7 +114,7 @@ def rejudge(out: str | Path) -> tuple[dict, list[str]]:
     try:
         new = judge(raw)
     except (KeyError, TypeError, ValueError) as e:
-        raise UserError(f"{out / 'verdicts.json'} cannot be rejudged ({type(e).__name__}: {e})") from None
+        raise UserError(f"{verdicts_path(out)} cannot be rejudged ({type(e).__name__}: {e})") from None
     return new, changes(old, new)
 
 
@@ -123,20 +125,20 @@ def _read_plan(path: Path) -> dict | None:
         return None
 
 
-def changes(old: dict, new: dict) -> list[str]:
+def changes(old: VerdictsFile | dict, new: VerdictsFile | dict) -> list[str]:
     """What a rejudge changed: each comparison's word and each claim's status."""
+    old, new = VerdictsFile.of(old), VerdictsFile.of(new)
+    before_all = old.experiment_records
     lines = []
-    for name, exp in new["experiments"].items():
-        before = (old.get("experiments") or {}).get(name) or {}
-        for g, c in exp["comparisons"].items():
-            was = ((before.get("comparisons") or {}).get(g) or {}).get("verdict")
-            if was != c["verdict"]:
-                lines.append(f"{name}: {exp['groups'][g]['label']}: {was} -> {c['verdict']}")
-    old_claims = {
-        (c.get("paper"), c.get("experiment"), c.get("claim")): c.get("status") for c in old.get("claims") or []
-    }
-    for c in new["claims"]:
-        was = old_claims.get((c["paper"], c["experiment"], c["claim"]), "no such claim before")
-        if was != c["status"]:
-            lines.append(f"claim {c['paper']}, {c['experiment']}: {c['claim']}: {was} -> {c['status']}")
+    for name, exp in new.experiments.items():
+        before = before_all.get(name) or Experiment()
+        for g, c in exp.comparisons.items():
+            was = getattr((before.comparisons or {}).get(g), "verdict", None)
+            if was != c.verdict:
+                lines.append(f"{name}: {exp.groups[g].label}: {was} -> {c.verdict}")
+    old_claims = {(c.paper, c.experiment, c.claim): c.status for c in old.claim_records}
+    for c in new.claims:
+        was = old_claims.get((c.paper, c.experiment, c.claim), "no such claim before")
+        if was != c.status:
+            lines.append(f"claim {c.paper}, {c.experiment}: {c.claim}: {was} -> {c.status}")
     return lines

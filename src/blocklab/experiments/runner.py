@@ -17,6 +17,7 @@ from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts, extension_runs, seed_counts
 from blocklab.run_summary import RunSummary, read_summary
 from blocklab.training.trackers import default_store, open_store, require
+from blocklab.verdicts_record import VerdictsFile, write_verdicts
 
 
 def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print) -> None:
@@ -243,8 +244,8 @@ def _run_phases(sweep: Sweep, out: Path, launcher, progress, log, rerun_changed:
         run_evals(sweep.evaluation, finals, out, log)
     _note_leftovers(sweep, finals, out, log)
     run_stream_probes(finals, out, log)  # before the verdicts: mHC's claim reads them
-    verdicts = compute_verdicts(sweep, out, finals, counts)
-    write_atomic(out / "verdicts.json", json.dumps(verdicts, indent=2) + "\n")
+    verdicts = VerdictsFile.from_dict(compute_verdicts(sweep, out, finals, counts))
+    write_verdicts(out, verdicts)
     return {"status": "completed", "runs": results, "finals": finals, "verdicts": verdicts}
 
 

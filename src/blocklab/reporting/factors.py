@@ -9,6 +9,7 @@ from blocklab.reporting import figures as F
 from blocklab.reporting.parts import Figure, Section, Table
 from blocklab.reporting.sensitivity import finite
 from blocklab.reporting.verdict_words import interval, num, p_text
+from blocklab.verdicts_record import Experiment, Group, Interaction, VerdictsFile
 
 CAPTION = (
     "Each group's final eval loss minus the reference's at each level of the factor (each level tuned on its own), "
@@ -16,44 +17,42 @@ CAPTION = (
 )
 
 
-def cells(verdicts: dict, name: str) -> list[tuple[str, dict]]:
+def cells(verdicts: VerdictsFile | dict, name: str) -> list[tuple[str, Experiment]]:
     """(level value, experiment) of factor experiment `name`, in the levels' order."""
-    found = [
-        (e["factor"]["value"], e)
-        for e in (verdicts.get("experiments") or {}).values()
-        if (e.get("factor") or {}).get("name") == name
-    ]
-    levels = found[0][1]["factor"]["levels"] if found else []
+    experiments = (VerdictsFile.of(verdicts).experiments or {}).values()
+    found = [(e.factor["value"], e) for e in experiments if (e.factor or {}).get("name") == name]
+    levels = found[0][1].factor["levels"] if found else []
     return sorted(found, key=lambda x: levels.index(x[0]) if x[0] in levels else len(levels))
 
 
-def draw(ax, verdicts: dict, name: str) -> int:
+def draw(ax, verdicts: VerdictsFile | dict, name: str) -> int:
     levels = cells(verdicts, name)
     by_group: dict[str, list] = {}
     for i, (_, exp) in enumerate(levels):
-        for g, c in (exp.get("comparisons") or {}).items():
-            base = ((exp["groups"].get(g) or {}).get("facts") or {}).get("factor_group", g)
-            label = str((exp["groups"].get(g) or {}).get("label") or g).rsplit(",", 1)[0]
-            block = ((exp["groups"].get(g) or {}).get("settings") or {}).get("model.block")
+        for g, c in (exp.comparisons or {}).items():
+            group = Group.of(exp.groups.get(g) or {})
+            base = (group.facts or {}).get("factor_group", g)
+            label = str(group.label or g).rsplit(",", 1)[0]
+            block = (group.settings or {}).get("model.block")
             by_group.setdefault(base, []).append((i, c, label, block))
     for base, points in by_group.items():
-        xs = [i for i, c, _, _ in points if finite(c.get("difference"))]
-        ys = [c["difference"] for _, c, _, _ in points if finite(c.get("difference"))]
+        xs = [i for i, c, _, _ in points if finite(c.difference)]
+        ys = [c.difference for _, c, _, _ in points if finite(c.difference)]
         if not xs:
             continue
         err = [[], []]
         for _, c, _, _ in points:
-            if not finite(c.get("difference")):
+            if not finite(c.difference):
                 continue
-            lo, hi = c.get("ci_family") or [c["difference"]] * 2
-            err[0].append(c["difference"] - lo)
-            err[1].append(hi - c["difference"])
+            lo, hi = c.ci_family or [c.difference] * 2
+            err[0].append(c.difference - lo)
+            err[1].append(hi - c.difference)
         colour = F.block_colour(str(points[0][3])) if points[0][3] else None
         bars = ax.errorbar(xs, ys, yerr=err, fmt="o-", capsize=3, color=colour, label=points[0][2])
         bars[0].set_gid(f"factor:{base}")
     ax.axhline(0.0, color="black", lw=1, ls=":")
     ax.set_xticks(range(len(levels)), [str(v) for v, _ in levels])
-    key = levels[0][1]["factor"]["key"] if levels else "factor"
+    key = levels[0][1].factor["key"] if levels else "factor"
     ax.set_xlabel(key)
     ax.set_ylabel("difference from the reference (lower is better)")
     ax.set_title(f"Each group against the reference at each {key}", fontsize=10)
@@ -62,22 +61,24 @@ def draw(ax, verdicts: dict, name: str) -> int:
 
 
 def table(interactions: dict, name: str) -> Table:
+    """`interactions`: {group: Interaction (or its JSON object)} of one factor."""
+    interactions = {group: Interaction.of(i) for group, i in interactions.items()}
     rows = []
     for group, i in interactions.items():
-        d = i.get("difference") or [None, None]
-        ci = interval(i.get("ci_family"), 3, sign=True) or "no interval"
-        p = p_text(i["p_holm"]) if finite(i.get("p_holm")) else "untested"
+        d = i.difference or [None, None]
+        ci = interval(i.ci_family, 3, sign=True) or "no interval"
+        p = p_text(i.p_holm) if finite(i.p_holm) else "untested"
         rows.append(
             [
                 group,
                 " / ".join(num(x, 3, sign=True) for x in d),
-                f"{num(i.get('interaction'), 3, sign=True)} {ci}",
-                f"{len(i.get('seeds') or [])}",
+                f"{num(i.interaction, 3, sign=True)} {ci}",
+                f"{len(i.seeds or [])}",
                 p,
-                i.get("verdict") or "—",
+                i.verdict or "—",
             ]
         )
-    levels = next(iter(interactions.values()))["levels"] if interactions else ["A", "B"]
+    levels = next(iter(interactions.values())).levels if interactions else ["A", "B"]
     columns = [
         "group",
         f"difference from the reference at {' / '.join(map(str, levels))}",
@@ -96,9 +97,10 @@ def table(interactions: dict, name: str) -> Table:
     return t
 
 
-def factor_sections(verdicts: dict, fig_dir: Path) -> list[Section]:
+def factor_sections(verdicts: VerdictsFile | dict, fig_dir: Path) -> list[Section]:
+    verdicts = VerdictsFile.of(verdicts)
     out = []
-    for name, interactions in (verdicts.get("interactions") or {}).items():
+    for name, interactions in (verdicts.interactions or {}).items():
         sec = Section(f"factor-{F.slug(name)}", f"{name}: does the order change with the factor?")
         fig, ax = F.new_figure()
         if draw(ax, verdicts, name):

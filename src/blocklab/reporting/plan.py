@@ -11,7 +11,7 @@ refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from blocklab.reporting.runs import REPLACED, Run, entry_keys, find_run_dirs, names_folder
@@ -172,9 +172,9 @@ def withhold(v: Verdicts, check: PlanCheck) -> Verdicts:
         return v
     gone = check.withheld & set(exps) if check.withheld <= set(exps) else set(exps)
     kept = {k: e for k, e in exps.items() if k not in gone}
-    claims = [c for c in v.claims if c.get("experiment") in kept]
+    claims = [c for c in v.claims if c.experiment in kept]
     note = (
         f"verdicts.json: the verdicts of {', '.join(sorted(gone))} are left out: they rest on runs whose settings "
         "differ from the plan (reported with --allow-changed)."
     )
-    return Verdicts(dict(v.data, experiments=kept, claims=claims), note, v.present)
+    return Verdicts(replace(v.data, experiments=kept, claims=claims), note, v.present)

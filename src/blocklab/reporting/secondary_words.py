@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from blocklab.reporting.parts import Table
 from blocklab.reporting.verdict_words import comparison_text, mean_text, seed_count
+from blocklab.verdicts_record import Comparison, Experiment, Group, SecondaryMetric
 
 
 def metric_name(metric: str) -> str:
@@ -20,27 +21,28 @@ def metric_name(metric: str) -> str:
     return metric.replace("_", " ")
 
 
-def secondary_table(exp: dict, tag: str) -> Table | None:
-    metrics = exp.get("secondary")
-    if not isinstance(metrics, dict) or not metrics:
+def secondary_table(exp: Experiment | dict, tag: str) -> Table | None:
+    exp = Experiment.of(exp)
+    if not isinstance(exp.secondary, dict) or not exp.secondary:
         return None
-    groups = exp.get("groups") or {}
-    ref = exp.get("reference")
+    metrics = {k: SecondaryMetric.of(m) for k, m in exp.secondary.items()}
+    groups = exp.groups or {}
+    ref = exp.reference
     rows = []
     for metric, m in metrics.items():
-        m_groups, comps = m.get("groups") or {}, m.get("comparisons") or {}
-        ref_group = m_groups.get(ref) or {}
+        m_groups, comps = m.groups or {}, m.comparisons or {}
+        ref_group = m_groups.get(ref) or Group()
         for name, g in m_groups.items():
-            g = g or {}
+            g = Group.of(g or {})
             if name == ref:
                 vs = "reference"
-            elif isinstance(comps.get(name), dict):
+            elif isinstance(comps.get(name), Comparison):
                 vs = comparison_text(comps[name], seed_count(g), seed_count(ref_group), 2, False)
             else:
                 vs = "no comparison recorded"
-            label = (groups.get(name) or {}).get("label") or name
+            label = Group.of(groups.get(name) or {}).label or name
             rows.append([metric_name(metric), str(label), mean_text(g, 2), vs])
-    ref_label = (groups.get(ref) or {}).get("label") or ref or "the reference"
+    ref_label = Group.of(groups.get(ref) or {}).label or ref or "the reference"
     columns = [
         "metric",
         "group",
@@ -48,8 +50,8 @@ def secondary_table(exp: dict, tag: str) -> Table | None:
         f"against {ref_label}: verdict, difference, family interval, p_holm",
     ]
     table = Table(f"secondary-table-{tag}", columns, rows)
-    caps = [f"{metric_name(k)} {m['cap']:.3g}" for k, m in metrics.items() if isinstance(m.get("cap"), (int, float))]
-    lower = [metric_name(k) for k, m in metrics.items() if m.get("lower_is_better")]
+    caps = [f"{metric_name(k)} {m.cap:.3g}" for k, m in metrics.items() if isinstance(m.cap, (int, float))]
+    lower = [metric_name(k) for k, m in metrics.items() if m.lower_is_better]
     table.notes.append(
         (
             "Higher is better for each of these"

@@ -16,6 +16,7 @@ import numpy as np
 
 from blocklab.reporting import figures as F
 from blocklab.reporting.settings import setting_text
+from blocklab.verdicts_record import CurvePoint, Experiment, Frontier, Group
 
 _STYLES = ["-", "--", "-.", ":"]
 
@@ -51,7 +52,7 @@ def group_styles(groups: dict) -> dict[str, tuple[str, str]]:
     seen: dict[str, int] = {}
     out = {}
     for i, (name, g) in enumerate(groups.items()):
-        block = ((g or {}).get("settings") or {}).get("model.block")
+        block = (Group.of(g or {}).settings or {}).get("model.block")
         key = str(block) if block else f"_{name}"
         k = seen.get(key, 0)
         seen[key] = k + 1
@@ -59,15 +60,15 @@ def group_styles(groups: dict) -> dict[str, tuple[str, str]]:
     return out
 
 
-def grid(exp: dict) -> list:
+def grid(exp: Experiment | dict) -> list:
     """The tuned grid: the experiment's `values`, else the values its curves hold, in first-seen order."""
-    values = exp.get("values")
-    if isinstance(values, list) and values:
-        return values
+    exp = Experiment.of(exp)
+    if isinstance(exp.values, list) and exp.values:
+        return exp.values
     seen = {}
-    for g in (exp.get("groups") or {}).values():
-        for point in (g or {}).get("curve") or []:
-            seen.setdefault(value_key(point.get("value")), point.get("value"))
+    for g in (exp.groups or {}).values():
+        for point in Group.of(g or {}).curve or []:
+            seen.setdefault(value_key(point.value), point.value)
     return list(seen.values())
 
 
@@ -76,33 +77,30 @@ def log_scale(values: list) -> bool:
     return bool(values) and all(finite(v) and v > 0 for v in values)
 
 
-def tuning_seeds(exp: dict) -> list:
-    seeds = {
-        s
-        for g in (exp.get("groups") or {}).values()
-        for p in (g or {}).get("curve") or []
-        for s in p.get("seeds") or []
-    }
+def tuning_seeds(exp: Experiment | dict) -> list:
+    groups = Experiment.of(exp).groups or {}
+    seeds = {s for g in groups.values() for p in Group.of(g or {}).curve or [] for s in p.seeds or []}
     return sorted(seeds, key=str)
 
 
 FAILED = ("diverged", "stalled", "plateau")
 
 
-def all_capped(group: dict) -> bool:
+def all_capped(group: Group | dict) -> bool:
     """No value of the group's grid completed on every tuning seed: no best value, ranges or sensitivity."""
-    if group.get("best_completed") is False:
+    g = Group.of(group)
+    if g.best_completed is False:
         return True
-    return all(group.get(k) is None for k in ("best_at_edge", "stable", "trainable", "sensitivity"))
+    return all(x is None for x in (g.best_at_edge, g.stable, g.trainable, g.sensitivity))
 
 
-def _seed_points(point: dict, cap) -> list[tuple[float, bool]]:
+def _seed_points(point: CurvePoint, cap) -> list[tuple[float, bool]]:
     """[(score, failed)] of a curve point's seeds: a completed seed at its score; a failed one at its final
     score where it trained to the end (it ended on the plateau), else at the cap."""
-    scores = point.get("scores") or []
-    statuses = point.get("statuses") or []
-    raw = point.get("raw") or [None] * len(scores)
-    capped = point.get("capped")  # verdicts.json files written before failures were counted apart
+    scores = point.scores or []
+    statuses = point.statuses or []
+    raw = point.raw or [None] * len(scores)
+    capped = point.extra.get("capped")  # verdicts.json files written before failures were counted apart
     out = []
     for i, score in enumerate(scores):
         status = statuses[i] if i < len(statuses) else None
@@ -116,31 +114,29 @@ def _seed_points(point: dict, cap) -> list[tuple[float, bool]]:
     return out
 
 
-def draw_sensitivity(ax, exp: dict) -> int:
+def draw_sensitivity(ax, exp: Experiment | dict) -> int:
     """Draw the score against the tuned value on `ax`: per group a line through its per-value means, every
     seed's point (a failed one marked x), the band from the lowest to the highest seed, its best
     value starred; the cap dotted. Returns the number of groups drawn."""
+    exp = Experiment.of(exp)
     values = grid(exp)
     log = log_scale(values)
     pos = {value_key(v): (float(v) if log else float(i)) for i, v in enumerate(values)}
-    cap = exp.get("cap")
-    groups = exp.get("groups") or {}
+    cap = exp.cap
+    groups = exp.groups or {}
     styles = group_styles(groups)
     drawn = 0
     for name, g in groups.items():
+        g = Group.of(g or {})
         colour, ls = styles[name]
         points = sorted(
-            (
-                (pos[value_key(p.get("value"))], p)
-                for p in (g or {}).get("curve") or []
-                if value_key(p.get("value")) in pos
-            ),
+            ((pos[value_key(p.value)], p) for p in g.curve or [] if value_key(p.value) in pos),
             key=lambda t: t[0],
         )
         if not points:
             continue
         drawn += 1
-        line = [(x, float(p["mean"])) for x, p in points if finite(p.get("mean"))]
+        line = [(x, float(p.mean)) for x, p in points if finite(p.mean)]
         ax.plot(
             [x for x, _ in line],
             [y for _, y in line],
@@ -148,7 +144,7 @@ def draw_sensitivity(ax, exp: dict) -> int:
             ls=ls,
             lw=1.8,
             marker="none",
-            label=str(g.get("label") or name),
+            label=str(g.label or name),
             gid=f"curve:{name}",
         )
         seeds = [(x, s) for x, p in points for s in _seed_points(p, cap)]
@@ -178,8 +174,8 @@ def draw_sensitivity(ax, exp: dict) -> int:
                 lw=0,
                 gid=f"band:{name}",
             )
-        best = pos.get(value_key(g.get("best")))
-        at_best = next((float(p["mean"]) for x, p in points if x == best and finite(p.get("mean"))), None)
+        best = pos.get(value_key(g.best))
+        at_best = next((float(p.mean) for x, p in points if x == best and finite(p.mean)), None)
         if best is not None and at_best is not None and not all_capped(g):
             ax.scatter(
                 [best],
@@ -199,9 +195,9 @@ def draw_sensitivity(ax, exp: dict) -> int:
             ls=":",
             lw=1.2,
             gid="cap",
-            label=f"cap: {cap_text(exp.get('metric'))} {cap:.3g} (a run ending near it failed)",
+            label=f"cap: {cap_text(exp.metric)} {cap:.3g} (a run ending near it failed)",
         )
-    tuned = str(exp.get("tuned") or "tuned value")
+    tuned = str(exp.tuned or "tuned value")
     if log:  # ticks at the grid's values: the reader reads off which values were tried
         ax.set_xscale("log")
         ax.set_xticks([float(v) for v in values], [setting_text(v) for v in values])
@@ -210,13 +206,13 @@ def draw_sensitivity(ax, exp: dict) -> int:
     else:
         ax.set_xticks(range(len(values)), [setting_text(v) for v in values])
         ax.set_xlabel(tuned)
-    better = "lower" if exp.get("lower_is_better", True) else "higher"
-    ax.set_ylabel(f"{metric_text(exp.get('metric'))} ({better} is better)")
+    better = "lower" if exp.lower_is_better is not False else "higher"
+    ax.set_ylabel(f"{metric_text(exp.metric)} ({better} is better)")
     seeds = tuning_seeds(exp)
     said = f"seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds)) or '?'}"
-    size = ", at the largest size" if exp.get("sizes") else ""
+    size = ", at the largest size" if exp.sizes else ""
     ax.set_title(
-        f"{metric_text(exp.get('metric')).capitalize()} against {tuned}, each group tuned on {said}"
+        f"{metric_text(exp.metric).capitalize()} against {tuned}, each group tuned on {said}"
         f"{size} (star: best; x: a failed seed)",
         fontsize=10,
     )
@@ -224,36 +220,35 @@ def draw_sensitivity(ax, exp: dict) -> int:
     return drawn
 
 
-def draw_frontier(ax, exp: dict) -> int:
+def draw_frontier(ax, exp: Experiment | dict) -> int:
     """Draw the mean score against training FLOPs (log x): each group's points with their 95% intervals as
     error bars, and its fitted power law score = a * C^-alpha. Returns the number of groups drawn."""
-    frontier = exp.get("frontier") or {}
-    styles = group_styles({g: (exp.get("groups") or {}).get(g) or {} for g in frontier})
+    exp = Experiment.of(exp)
+    frontier = exp.frontier or {}
+    groups = exp.groups or {}
+    styles = group_styles({g: groups.get(g) for g in frontier})
     drawn = 0
     for name, f in frontier.items():
+        f = Frontier.of(f or {})
         colour, ls = styles[name]
         pts = sorted(
-            (
-                p
-                for p in (f or {}).get("points") or []
-                if finite(p.get("flops")) and p["flops"] > 0 and finite(p.get("mean"))
-            ),
-            key=lambda p: p["flops"],
+            (p for p in f.points or [] if finite(p.flops) and p.flops > 0 and finite(p.mean)),
+            key=lambda p: p.flops,
         )
         if not pts:
             continue
         drawn += 1
-        xs = np.array([p["flops"] for p in pts], dtype=float)
-        ys = np.array([p["mean"] for p in pts], dtype=float)
+        xs = np.array([p.flops for p in pts], dtype=float)
+        ys = np.array([p.mean for p in pts], dtype=float)
         err = np.zeros((2, len(pts)))
         for i, p in enumerate(pts):
-            ci = p.get("ci95")
+            ci = p.ci95
             if isinstance(ci, list) and len(ci) == 2 and all(map(finite, ci)):
                 err[:, i] = [max(0.0, ys[i] - ci[0]), max(0.0, ci[1] - ys[i])]
-        label = str(((exp.get("groups") or {}).get(name) or {}).get("label") or name)
+        label = str(Group.of(groups.get(name) or {}).label or name)
         bars = ax.errorbar(xs, ys, yerr=err, fmt="o", color=colour, capsize=3, ms=5, label=label)
         bars[0].set_gid(f"points:{name}")
-        fit = (f or {}).get("fit") or {}
+        fit = f.fit or {}
         if finite(fit.get("a")) and finite(fit.get("alpha")):
             cs = np.geomspace(xs.min() / 1.5, xs.max() * 1.5, 60)
             ax.plot(
@@ -267,19 +262,19 @@ def draw_frontier(ax, exp: dict) -> int:
             )
     ax.set_xscale("log")
     ax.set_xlabel("training FLOPs (the model's count; log scale)")
-    better = "lower" if exp.get("lower_is_better", True) else "higher"
-    metric = metric_text(exp.get("metric"))
+    better = "lower" if exp.lower_is_better is not False else "higher"
+    metric = metric_text(exp.metric)
     ax.set_ylabel(f"mean {metric} ({better} is better)")
     ax.set_title(
         f"{metric.capitalize()} against training FLOPs at each size (each point at its own best "
-        f"{short_key(exp.get('tuned') or 'value')})",
+        f"{short_key(exp.tuned or 'value')})",
         fontsize=10,
     )
     ax.grid(alpha=0.3, which="both")
     return drawn
 
 
-def _plot(draw, exp: dict, path: Path) -> Path | None:
+def _plot(draw, exp: Experiment | dict, path: Path) -> Path | None:
     fig, ax = F.new_figure()  # a bare matplotlib Figure: nothing global to close when nothing was drawn
     if not draw(ax, exp):
         return None
@@ -287,9 +282,9 @@ def _plot(draw, exp: dict, path: Path) -> Path | None:
     return F.save_figure(fig, path)
 
 
-def plot_sensitivity(exp: dict, path: Path) -> Path | None:
+def plot_sensitivity(exp: Experiment | dict, path: Path) -> Path | None:
     return _plot(draw_sensitivity, exp, path)
 
 
-def plot_frontier(exp: dict, path: Path) -> Path | None:
+def plot_frontier(exp: Experiment | dict, path: Path) -> Path | None:
     return _plot(draw_frontier, exp, path)

@@ -9,7 +9,6 @@ note of the report; an experiment's entry that cannot be drawn becomes a paragra
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +18,9 @@ from blocklab.reporting.parts import Figure, Section
 from blocklab.reporting.secondary_words import secondary_table
 from blocklab.reporting.settings import setting_text
 from blocklab.reporting.verdict_words import claim_text, decimals, frontier_table, numbers_note, verdict_table
+from blocklab.verdicts_record import FILE, Claim, Experiment, Group, NotVerdicts, VerdictsFile
+from blocklab.verdicts_record import read_verdicts as read_record
 
-FILE = "verdicts.json"
 FIGURES = ("sensitivity_*.png", "frontier_*.png", "factor_*.png")  # what this module draws into figures/ (report._OWN)
 SENSITIVITY_CAPTION = (
     "Line: each group's mean over its completed tuning seeds at each value; dots: each seed; x: a seed "
@@ -35,60 +35,61 @@ FRONTIER_CAPTION = (
 
 @dataclass
 class Verdicts:
-    data: dict | None  # the file's content; None when absent or unreadable
+    data: (
+        VerdictsFile | None
+    )  # the file's record (a JSON object given here is read into one); None: absent or unreadable
     note: str | None  # why it could not be read, for the report's notes
     present: bool  # the file exists, readable or not: the loss captions then compare nothing
 
-    @property
-    def experiments(self) -> dict:
-        table = (self.data or {}).get("experiments")
-        return {k: v for k, v in table.items() if isinstance(v, dict)} if isinstance(table, dict) else {}
+    def __post_init__(self):
+        self.data = VerdictsFile.of(self.data)
 
     @property
-    def claims(self) -> list[dict]:
-        claims = (self.data or {}).get("claims")
-        return [c for c in claims if isinstance(c, dict)] if isinstance(claims, list) else []
+    def experiments(self) -> dict[str, Experiment]:
+        return self.data.experiment_records if self.data is not None else {}
+
+    @property
+    def claims(self) -> list[Claim]:
+        return self.data.claim_records if self.data is not None else []
 
 
 def read_verdicts(root: Path) -> Verdicts:
-    path = Path(root) / FILE
-    if not path.exists():
+    if not (Path(root) / FILE).exists():
         return Verdicts(None, None, False)
     try:
-        data = json.loads(path.read_text())
+        return Verdicts(read_record(root), None, True)
+    except NotVerdicts:
+        return Verdicts(None, f"{FILE} holds no `experiments` table; no verdicts are shown.", True)
     except (OSError, ValueError) as e:  # half-written, or not JSON
         return Verdicts(None, f"{FILE} could not be read ({type(e).__name__}: {e}); no verdicts are shown.", True)
-    if not isinstance(data, dict) or not isinstance(data.get("experiments"), dict):
-        return Verdicts(None, f"{FILE} holds no `experiments` table; no verdicts are shown.", True)
-    return Verdicts(data, None, True)
 
 
 def family_size(v: Verdicts) -> int:
     """The size of the sweep's primary family (score and failure tests), as verdicts.json records it."""
-    sizes = [exp.get("family_size") for exp in v.experiments.values()]
+    sizes = [exp.family_size for exp in v.experiments.values()]
     return max((x for x in sizes if isinstance(x, int)), default=0)
 
 
-def _intro(exp: dict) -> str:
-    tuned = exp.get("tuned") or "the tuned setting"
+def _intro(exp: Experiment) -> str:
+    tuned = exp.tuned or "the tuned setting"
     values = ", ".join(setting_text(v) for v in S.grid(exp))
     tuning = ", ".join(map(str, S.tuning_seeds(exp))) or "?"
-    finals = sorted({s for g in (exp.get("groups") or {}).values() for s in (g or {}).get("seeds") or []}, key=str)
-    groups = exp.get("groups") or {}
-    ref = exp.get("reference")
-    ref_label = (groups.get(ref) or {}).get("label") or ref
-    better = "lower is better" if exp.get("lower_is_better", True) else "higher is better"
-    cap = exp.get("cap")
-    cap_text = f" ({cap:.3g}, the {S.cap_text(exp.get('metric'))})" if S.finite(cap) else ""
-    metric = S.metric_text(exp.get("metric"))
+    groups = {n: Group.of(g or {}) for n, g in (exp.groups or {}).items()}
+    finals = sorted({s for g in groups.values() for s in g.seeds or []}, key=str)
+    ref = exp.reference
+    ref_label = (groups.get(ref) or Group()).label or ref
+    better = "lower is better" if exp.lower_is_better is not False else "higher is better"
+    cap = exp.cap
+    cap_text = f" ({cap:.3g}, the {S.cap_text(exp.metric)})" if S.finite(cap) else ""
+    metric = S.metric_text(exp.metric)
     text = (
         f"Each group ran at every {tuned} of the grid ({values}) on tuning seeds {tuning}, then on seeds "
         f"{', '.join(map(str, finals)) or '?'} at its own best value. Score: the {metric} at the end of the "
         f"schedule ({better}); a run that diverged, stalled or ended within the tolerance of the cap{cap_text} "
-        f"failed: counted, never scored. Reference: {ref_label}; tolerance {exp.get('tolerance', '?')}; margin "
-        f"{exp.get('margin', '?')}."
+        f"failed: counted, never scored. Reference: {ref_label}; tolerance {_or(exp.tolerance)}; margin "
+        f"{_or(exp.margin)}."
     )
-    sizes = exp.get("sizes")
+    sizes = exp.sizes
     if isinstance(sizes, list) and sizes:
         each = "; ".join(
             " ".join(f"{k}={setting_text(v)}" for k, v in s.items()) if isinstance(s, dict) else str(s) for s in sizes
@@ -97,16 +98,22 @@ def _intro(exp: dict) -> str:
     return text
 
 
-def _experiment(name: str, exp: dict, part: str | None, fig_dir: Path, m: int, claims: list[str]) -> list[Section]:
+def _or(value, missing: str = "?"):
+    return missing if value is None else value
+
+
+def _experiment(
+    name: str, exp: Experiment, part: str | None, fig_dir: Path, m: int, claims: list[str]
+) -> list[Section]:
     tag = F.slug(name)
-    head = "" if part else f"{exp.get('title') or name}: "
-    tuned = exp.get("tuned") or "tuned value"
+    head = "" if part else f"{exp.title or name}: "
+    tuned = exp.tuned or "tuned value"
     d = decimals(exp)
     main = Section(f"verdicts-{tag}", f"{head}Each group at its best {tuned}", part=part, paragraphs=[_intro(exp)])
     path = S.plot_sensitivity(exp, fig_dir / f"sensitivity_{tag}.png")
     if path:
         main.figures.append(
-            Figure(path, f"{S.metric_text(exp.get('metric')).capitalize()} against {tuned}", SENSITIVITY_CAPTION)
+            Figure(path, f"{S.metric_text(exp.metric).capitalize()} against {tuned}", SENSITIVITY_CAPTION)
         )
     table = verdict_table(exp, tag, d)
     table.notes.append(numbers_note(exp, d, m))
@@ -115,7 +122,7 @@ def _experiment(name: str, exp: dict, part: str | None, fig_dir: Path, m: int, c
     if extra is not None:
         main.tables.append(extra)
     out = [main]
-    if isinstance(exp.get("frontier"), dict) and exp["frontier"]:
+    if isinstance(exp.frontier, dict) and exp.frontier:
         front = Section(f"frontier-{tag}", f"{head}Compute frontier", part=part)
         path = S.plot_frontier(exp, fig_dir / f"frontier_{tag}.png")
         if path:
@@ -136,7 +143,7 @@ def verdict_sections(v: Verdicts, parts: set[str], fig_dir: Path) -> tuple[dict,
     rest = []
     by_exp: dict[str, list[str]] = {}
     for c in v.claims:
-        (by_exp.setdefault(c["experiment"], []) if c.get("experiment") in exps else rest).append(claim_text(c))
+        (by_exp.setdefault(c.experiment, []) if c.experiment in exps else rest).append(claim_text(c))
     for name, exp in exps.items():
         part = name if name in parts else None
         try:
@@ -145,7 +152,7 @@ def verdict_sections(v: Verdicts, parts: set[str], fig_dir: Path) -> tuple[dict,
             sections = [
                 Section(
                     f"verdicts-{F.slug(name)}",
-                    f"Verdicts: {exp.get('title') or name}",
+                    f"Verdicts: {exp.title or name}",
                     part=part,
                     paragraphs=[
                         f"{FILE}'s entry for {name} could not be drawn ({type(e).__name__}: "
