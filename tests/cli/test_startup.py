@@ -216,17 +216,3 @@ def test_ctrl_c_while_the_library_is_imported_is_one_line(tmp_path, overrides):
     # While torch loads the interrupt ends the command; one that a library swallowed there (blocklab/interrupts.py)
     # stops the training loop at its first step instead, with the loop's own line.
     assert (last.startswith("blocklab") and "interrupted" in last) or last.startswith("interrupted at step 1;"), err
-
-
-def test_the_command_exits_past_the_last_collections_and_keeps_mains_code(monkeypatch):
-    """`blocklab` and `python -m blocklab` run cli.entry: main's exit code, then gc.freeze() (the interpreter's
-    last collections over torch's objects cost more than a second at every exit); main alone leaves gc be."""
-    import tomllib
-
-    scripts = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["blocklab"] == "blocklab.cli:entry"
-    assert "sys.exit(entry())" in (Path(cli.__file__).parents[1] / "__main__.py").read_text()
-    frozen = []
-    monkeypatch.setattr(cli.gc, "freeze", lambda: frozen.append(True))
-    monkeypatch.setattr(cli, "main", lambda argv=None: 7)
-    assert cli.entry() == 7 and frozen == [True]
