@@ -11,8 +11,7 @@ from pathlib import Path
 
 from blocklab.atomic import write_atomic
 from blocklab.errors import UserError
-from blocklab.reporting import claims, downstream
-from blocklab.reporting import figures as F
+from blocklab.reporting import downstream
 from blocklab.reporting.analysis import Target, smoothing_window
 from blocklab.reporting.factors import factor_sections
 from blocklab.reporting.parts import Figure, Part, Section, build_part, loss_sections, split
@@ -20,6 +19,7 @@ from blocklab.reporting.plan import check_plan, mark_changed, plan_rows, refusal
 from blocklab.reporting.runs import Run, load_runs
 from blocklab.reporting.settings import shared_settings
 from blocklab.reporting.stream import stream_sections
+from blocklab.reporting.sweep_sections import gains_section, probe_section
 from blocklab.reporting.verdicts import FIGURES as VERDICT_FIGURES
 from blocklab.reporting.verdicts import read_verdicts, verdict_sections
 
@@ -238,27 +238,6 @@ def _clean_figures(fig_dir: Path) -> None:
                 p.unlink(missing_ok=True)
 
 
-def _probe_table(root: Path) -> str | None:
-    src = F.probes_dir(root)
-    result = F.load_probes(src) if src else None
-    if not result:
-        return None
-    try:
-        from blocklab.probes import format_table
-
-        return format_table(result)
-    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError):
-        return None
-
-
-def _probe_caption(root: Path, png: Path, caption: str) -> str:
-    """The figure's fixed description, then what its numbers say (blocklab.reporting.claims)."""
-    src = F.probes_dir(root)
-    result = F.load_probes(src) if src else None
-    name = png.name.removeprefix("probes_").removesuffix(".png")
-    return f"{caption} {claims.probe_sentences(result).get(name, '')}".strip() if result else caption
-
-
 def build_report(
     root: str | Path, target_loss: float | None = None, allow_changed: bool = False, probes_ready=None
 ) -> Report:
@@ -290,50 +269,15 @@ def build_report(
     runs = [r for p in parts for r in p.runs]  # report order: experiment, then family and block
     existing = [r for r in runs if r.exists]
 
-    def fig(path, title, caption=""):
-        return [Figure(Path(path), title, caption)] if path else []
-
     down = _downstream_section(root, existing, sweep, fig_dir)
     if down:
         sections.append(down)
-    # The gains before the probes' figures: compare computes the probes meanwhile (experiments/probe_job.py).
-    gains = Section("gains", "Gain trajectories")
-    for r in existing:
-        if r.has_gains:
-            p = F.plot_run_gains(
-                r, fig_dir / f"gains_{F.slug(r.name.removeprefix('runs/') if r.name != '.' else r.label)}.png"
-            )
-            gains.figures += fig(
-                p,
-                f"Gains during training: {r.label}",
-                f"Every trainable gain of {r.label} ({r.block}) against the step, layers coloured. "
-                + claims.gains_sentence(r),
-            )
-    without = [r.label for r in existing if not r.has_gains]
-    if without:
-        gains.paragraphs.append(
-            "No trainable gains logged for: "
-            + ", ".join(without)
-            + " (blocks without shaped attention or gain scalars have none)."
-        )
+    # The gains before the probes: compare computes them meanwhile (experiments/probe_job.py); the page's order stays.
+    gains = gains_section(existing, fig_dir)
     if probes_ready is not None:
         probes_ready()
-    probes = F.probe_figures(root, fig_dir)
-    if probes:
-        sections.append(
-            Section(
-                "init-probes",
-                "Signal propagation at initialisation (blocklab probe)",
-                paragraphs=[
-                    "Measured on freshly initialised models of several depths; the papers' predictions are "
-                    "drawn dashed."
-                ],
-                figures=[Figure(p, t, _probe_caption(root, p, c)) for p, t, c in probes],
-                pre=_probe_table(root),
-            )
-        )
-
-    sections.append(gains)
+    probes = probe_section(root, fig_dir)
+    sections += ([probes] if probes else []) + [gains]
     if claims_at_end:  # claims that name no experiment of verdicts.json
         sections.append(claims_at_end)
 
