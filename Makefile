@@ -11,8 +11,9 @@ DEMO_OUT ?= demo
 # system's pip puts uv into it, and uv installs the rest, torch first. torch's CPU wheel lies on this machine's
 # disk where pip's find-links point (PIP_FIND_LINKS; uv reads no pip configuration, so it is passed on); without
 # them pip installs torch as before. The package and its dependencies follow with torch held at the version
-# installed (torch.txt), so nothing fetches another build. Measured from an empty cache on the 2-core machine:
-# venv and pip 23 s against 11 s this way; uv installs the package's dependencies in 5 s (pip took 47 s).
+# installed (torch.txt), so nothing fetches another build. Measured from an empty cache on the 2-core machine
+# (the demo's timestamped log): venv, uv and torch 23 s with ensurepip and pip, 9 s this way; uv installs the
+# package's dependencies in 6 s (pip took 47 s).
 # Nothing is byte-compiled at install (23k files with the dev extras, two minutes of one core): Python compiles
 # the modules a process imports, once, into the same __pycache__. pip is added for the user's own installs.
 PIP := python3 -m pip --python $(PY) install -q --no-compile
