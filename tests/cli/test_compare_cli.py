@@ -184,7 +184,7 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_refused_folder_leaves_no_worker_behind(tmp_path, overrides, capsys):
-    """compare starts its workers before it checks DIR (they import torch meanwhile): a refusal ends them."""
+    """compare starts its workers (they import torch while it plans) only once DIR is checked and locked."""
     import os
 
     sweep = write_sweep(tmp_path / "sweep.toml", overrides)

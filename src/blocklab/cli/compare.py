@@ -151,10 +151,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from blocklab.errors import UserError
     from blocklab.experiments import load_sweep
     from blocklab.experiments.jobs import default_jobs
-    from blocklab.experiments.lock import sweep_lock
+    from blocklab.experiments.lock import check_folder, sweep_lock
     from blocklab.training.config import parse_overrides
 
     if bool(args.preset) == bool(args.sweep):
@@ -181,16 +183,17 @@ def run(args) -> int:
         f"sweep {sweep.name}: {sweep.n_runs} runs into {args.out}, {where} ({sweep.expected_cost or 'cost unknown'})",
         file=sys.stderr,
     )
-    if launcher is None:
-        from blocklab.experiments.jobs import LocalLauncher
+    check_folder(Path(args.out), sweep.name)  # a refused folder is said before any worker starts
+    with sweep_lock(args.out):  # one compare at a time in DIR, its probes and report included
+        if launcher is None:
+            from blocklab.experiments.jobs import LocalLauncher
 
-        launcher = LocalLauncher(jobs)
-        launcher.prepare()  # the workers import torch while the folder is checked and the first phase planned
-    try:
-        with sweep_lock(args.out):  # one compare at a time in DIR, its probes and report included
+            launcher = LocalLauncher(jobs)
+            launcher.prepare()  # the workers import torch while compare plans the first phase
+        try:
             return _run_locked(args, sweep, jobs, launcher)
-    finally:
-        launcher.close()
+        finally:
+            launcher.close()
 
 
 def _run_locked(args, sweep, jobs: int, launcher) -> int:

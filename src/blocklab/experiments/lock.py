@@ -10,6 +10,7 @@ file stays in the folder (an empty lock file is not a sweep's content: compare i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 
@@ -62,3 +63,21 @@ def _take(path: Path):
     handle.write(f"pid {os.getpid()} on {os.uname().nodename if hasattr(os, 'uname') else 'this machine'}\n")
     handle.flush()
     return handle
+
+
+def check_folder(out: Path, name: str) -> None:
+    """DIR can hold the sweep `name`: new, empty, or holding that sweep already, and writable; else one line.
+    Cheap (no torch): compare says it before it starts anything, and run_sweep again under the lock."""
+    out = Path(out)
+    saved = out / "sweep.json"
+    if saved.is_file():
+        try:
+            previous = json.loads(saved.read_text())
+        except ValueError:
+            raise UserError(f"{saved} is damaged (not JSON); move it away or choose another --out") from None
+        if not isinstance(previous, dict) or previous.get("name") != name:
+            held = previous.get("name") if isinstance(previous, dict) else None
+            raise UserError(f"{out} holds the sweep {held!r}, not {name!r}; choose another --out")
+    elif out.is_dir() and any(p.name != LOCK for p in out.iterdir()):
+        raise UserError(f"{out} is not empty and holds no blocklab sweep; choose another --out")
+    writable_dir(out, "--out folder")  # a file in the way, no permission, a full disk

@@ -8,10 +8,10 @@ import json
 import os
 from pathlib import Path
 
-from blocklab.atomic import writable_dir, write_atomic
+from blocklab.atomic import write_atomic
 from blocklab.errors import UserError
 from blocklab.experiments.jobs import FINISHED, LocalLauncher, costliest_first
-from blocklab.experiments.lock import LOCK, sweep_lock
+from blocklab.experiments.lock import check_folder, sweep_lock
 from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts, extension_runs, seed_counts
@@ -76,20 +76,6 @@ def plan_json(sweep: Sweep, finals: list[RunSpec]) -> dict:
     """DIR/sweep.json: the sweep's plan, with the command line's settings (applied over every run's) that
     `blocklab report` needs to rebuild each planned run's settings."""
     return dict(sweep.to_json(finals), cli=sweep.cli)
-
-
-def _check_out(sweep: Sweep, out: Path) -> None:
-    saved = out / "sweep.json"
-    if saved.is_file():
-        try:
-            previous = json.loads(saved.read_text())
-        except ValueError:
-            raise UserError(f"{saved} is damaged (not JSON); move it away or choose another --out") from None
-        if previous.get("name") != sweep.name:
-            raise UserError(f"{out} holds the sweep {previous.get('name')!r}, not {sweep.name!r}; choose another --out")
-    elif out.is_dir() and any(p.name != LOCK for p in out.iterdir()):
-        raise UserError(f"{out} is not empty and holds no blocklab sweep; choose another --out")
-    writable_dir(out, "--out folder")  # a file in the way, no permission, a full disk
 
 
 def track_in_sweep(run: RunSpec, sweep: str, out: Path) -> None:
@@ -194,7 +180,7 @@ def run_sweep(
         require(run.config.train)
     launcher = launcher or LocalLauncher(jobs)
     with sweep_lock(out):
-        _check_out(sweep, out)
+        check_folder(out, sweep.name)
         check_changed(sweep.runs, out, rerun_changed, log)
         launcher.start(out, log)  # a cluster that cannot train into `out` is said before any run starts
         try:
