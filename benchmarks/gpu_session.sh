@@ -11,8 +11,19 @@
 #   OUT=$OUT bash benchmarks/gpu_session.sh bench    # the he-codeparrot bench, eager and compiled
 #   OUT=$OUT bash benchmarks/gpu_session.sh muon     # Muon's step against AdamW's at the he-codeparrot shape
 #   OUT=$OUT bash benchmarks/gpu_session.sh blocks   # issue 44's blocks against Pre-LN, eager, with peak memory
+#   OUT=$OUT bash benchmarks/gpu_session.sh blocks-compiled-1   # NormFormer and OLMo 2 against Pre-LN, compiled
+#   OUT=$OUT bash benchmarks/gpu_session.sh blocks-compiled-2   # Frac-Connections and MUDDFormer, likewise
+# On the H200 `blocks` and `bench` took 423 s together; each of issue 44's blocks took 71-74 s to compile its
+# first step (Pre-LN 20 s), so the compiled comparison is two parts of two blocks each.
 set -uo pipefail
 PART="${1:-kernel}"
+case "$PART" in
+kernel | check | bench | muon | blocks | blocks-compiled-1 | blocks-compiled-2) ;;
+*)
+    echo "gpu_session.sh: unknown part '$PART'; give kernel, check, bench, muon, blocks, blocks-compiled-1 or -2" >&2
+    exit 2
+    ;;
+esac
 OUT="${OUT:-gpu-session}"
 mkdir -p "$OUT/$PART"
 LOG="$OUT/$PART"
@@ -55,9 +66,13 @@ blocks)  # 130 s: NormFormer, OLMo 2, Frac-Connections and MUDDFormer against Pr
     step blocks-eager 130 blocklab bench --blocks pre-ln,normformer,olmo2,frac-connections,muddformer \
         --shape he-codeparrot --precision bf16 --reps 5 --json "$LOG/blocks-eager.json"
     ;;
-*)
-    echo "gpu_session.sh: unknown part '$PART'; give kernel, check, bench, muon or blocks" >&2
-    exit 2
+blocks-compiled-1)  # 300 s
+    step blocks-compiled 300 blocklab bench --blocks pre-ln,normformer,olmo2 --shape he-codeparrot --precision bf16 \
+        --reps 5 --compile --no-memory --json "$LOG/blocks-compiled.json"
+    ;;
+blocks-compiled-2)  # 300 s
+    step blocks-compiled 300 blocklab bench --blocks pre-ln,frac-connections,muddformer --shape he-codeparrot \
+        --precision bf16 --reps 5 --compile --no-memory --json "$LOG/blocks-compiled.json"
     ;;
 esac
 tar czf "$OUT/session-$PART.tgz" -C "$OUT" "$PART"
