@@ -100,6 +100,7 @@ def test_a_failure_is_one_line_with_the_probes_reason(tmp_path):
 @pytest.mark.slow
 def test_run_probes_says_its_options_and_keeps_the_probes_it_wrote(tmp_path):
     from blocklab.experiments import run_probes
+    from blocklab.experiments.runner import check_probes
 
     logged = []
     run_probes(_sweep(), tmp_path, log=logged.append)
@@ -112,6 +113,10 @@ def test_run_probes_says_its_options_and_keeps_the_probes_it_wrote(tmp_path):
     logged.clear()
     run_probes(_sweep(), tmp_path, log=logged.append)  # kept: not run again
     assert logged == []
+    # The options the process recorded are the ones a sweep asks for, after the round trip through JSON.
+    check_probes(_sweep(), tmp_path, rerun_changed=False)
+    with pytest.raises(UserError, match=r"\(batches 1 -> 2\)"):
+        check_probes(_sweep({**PROBES, "batches": 2}), tmp_path, rerun_changed=False)
     with pytest.raises(UserError) as e:
         run_probes(_sweep({**PROBES, "depths": "0"}), tmp_path / "bad", log=lambda _: None)
     assert str(e.value).startswith("the init probes failed: --depths: '0' is not a positive integer")

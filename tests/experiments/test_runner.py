@@ -35,3 +35,67 @@ def test_a_changed_run_moves_aside_with_the_verdicts_that_rest_on_it(tmp_path):
     assert not (tmp_path / "verdicts.json").exists()
     assert json.loads((tmp_path / "replaced" / "verdicts-2.json").read_text()) == {"old": True}
     assert json.loads((tmp_path / "replaced" / "verdicts.json").read_text()) == {"older": True}
+
+
+PROBES = {"blocks": "pre-ln", "depths": "1", "d-model": 16, "n-heads": 2, "seeds": 1, "data": "random"}
+
+
+def probes_sweep(**changes):
+    from blocklab.experiments.sweep import build_sweep
+
+    return build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}, "probes": {**PROBES, **changes}})
+
+
+def stored_probes(out, options):
+    """out/probes/probes.json as `blocklab probe` writes it, with `options` recorded (None: an older file)."""
+    settings = {"blocks": ["pre-ln"]} if options is None else {"blocks": ["pre-ln"], "options": options}
+    (out / "probes").mkdir(parents=True)
+    (out / "probes" / "probes.json").write_text(json.dumps({"schema": "blocklab.probes/1", "settings": settings}))
+
+
+def options_asked(sweep, out):
+    from blocklab.experiments.probe_job import probe_args
+    from blocklab.probes.runner import options_of, parse_options
+
+    return json.loads(json.dumps(options_of(parse_options(probe_args(sweep, out)))))  # as probes.json holds them
+
+
+def test_stored_probes_are_kept_only_when_they_measured_what_the_sweep_asks(tmp_path):
+    from blocklab.experiments.runner import check_probes
+
+    logged = []
+    check_probes(probes_sweep(), tmp_path, rerun_changed=False, log=logged.append)  # none stored: nothing to say
+    stored_probes(tmp_path, options_asked(probes_sweep(), tmp_path))
+    check_probes(probes_sweep(), tmp_path, rerun_changed=False, log=logged.append)
+    assert logged == [] and (tmp_path / "probes" / "probes.json").is_file()
+    with pytest.raises(UserError) as e:
+        check_probes(probes_sweep(seeds=3), tmp_path, rerun_changed=False, log=logged.append)
+    assert "was measured with other options than the sweep's [probes] (seeds 1 -> 3)" in str(e.value)
+    assert "--rerun-changed" in str(e.value) and (tmp_path / "probes" / "probes.json").is_file()
+    check_probes(probes_sweep(seeds=3, depths="1,2"), tmp_path, rerun_changed=True, log=logged.append)
+    assert not (tmp_path / "probes").exists()
+    assert (tmp_path / "replaced" / "probes" / "probes.json").is_file()
+    assert logged == [
+        f"init probes: options changed (depths '1' -> '1,2', seeds 1 -> 3); the old ones moved to "
+        f"{tmp_path / 'replaced' / 'probes'}"
+    ]
+
+
+def test_stored_probes_without_their_options_are_not_taken_for_the_sweeps(tmp_path):
+    from blocklab.experiments.runner import check_probes
+
+    stored_probes(tmp_path, None)
+    with pytest.raises(UserError, match="it has no record of its options"):
+        check_probes(probes_sweep(), tmp_path, rerun_changed=False)
+    (tmp_path / "replaced" / "probes").mkdir(parents=True)  # an earlier move is kept
+    check_probes(probes_sweep(), tmp_path, rerun_changed=True, log=lambda _: None)
+    assert (tmp_path / "replaced" / "probes-2" / "probes.json").is_file()
+
+
+def test_a_sweep_without_probes_leaves_a_stored_probes_folder_alone(tmp_path):
+    from blocklab.experiments.runner import check_probes
+    from blocklab.experiments.sweep import build_sweep
+
+    stored_probes(tmp_path, None)
+    check_probes(build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}}), tmp_path, rerun_changed=False)
+    assert (tmp_path / "probes" / "probes.json").is_file()

@@ -76,8 +76,9 @@ def add_parser(sub) -> None:
         "with its family interval and mde80). Every run is an ordinary training run in "
         "DIR/runs/NAME, so an interrupted sweep continues where it stopped when the same command is "
         "run again; a diverged or stalled run is counted as failed and the sweep goes on. A stored run whose "
-        "settings differ from what the sweep now asks is never reused: compare refuses, or with "
-        "--rerun-changed moves it to DIR/replaced/. Then the init probes (if the sweep has them) and "
+        "settings differ from what the sweep now asks is never reused (nor are init probes measured with "
+        "other options): compare refuses, or with --rerun-changed moves it to DIR/replaced/. Then the init "
+        "probes (if the sweep has them) and "
         "`blocklab report DIR`. Dotted overrides (--train.steps 50) apply to every run, over every "
         "other setting; a block's paper recipe (e.g. nGPT: no weight decay, no warm-up) applies "
         "where neither the group nor the command line sets the key.",
@@ -142,8 +143,9 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--rerun-changed",
         action="store_true",
-        help="move stored runs whose settings differ from the sweep's to DIR/replaced/ and train "
-        "them again (without it, compare refuses such a directory)",
+        help="move stored runs whose settings differ from the sweep's (and init probes measured with other "
+        "options than its [probes]) to DIR/replaced/ and train them again (without it, compare refuses such a "
+        "directory)",
     )
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -9,6 +9,7 @@ the free cores wait for each other at every operator (training/threads.py).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -92,9 +93,19 @@ class ProbeJob:
             self._output = None
 
 
+def stored_options(out: Path) -> dict | None:
+    """The options out/probes/probes.json was measured with; None where it has no record of them (written by
+    an older blocklab, or by `blocklab probe` called from Python) or cannot be read."""
+    try:
+        options = json.loads((Path(out) / "probes" / "probes.json").read_text())["settings"]["options"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return options if isinstance(options, dict) else None
+
+
 def start_probes(sweep: Sweep, out: Path, log=print) -> ProbeJob:
     """The sweep's init probes, started (a job that does nothing when the sweep has none or out/probes already
-    holds them: they are kept)."""
+    holds them: they are kept; runner.check_probes has said whether they are the ones asked for)."""
     wanted = bool(sweep.probes) and not (Path(out) / "probes" / "probes.json").is_file()
     return ProbeJob(probe_args(sweep, Path(out)) if wanted else None, log).start()
 

@@ -12,6 +12,7 @@ from blocklab.atomic import write_atomic
 from blocklab.errors import UserError
 from blocklab.experiments.jobs import FINISHED, LocalLauncher, costliest_first
 from blocklab.experiments.lock import check_folder, sweep_lock
+from blocklab.experiments.probe_job import probe_args, stored_options
 from blocklab.experiments.stream_probes import run_stream_probes
 from blocklab.experiments.sweep import RunSpec, Sweep, run_status
 from blocklab.experiments.verdicts import choose_best, compute_verdicts, extension_runs, seed_counts
@@ -51,6 +52,32 @@ def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print
     verdicts = out / "verdicts.json"
     if verdicts.is_file():
         keep_aside(verdicts, out)
+
+
+def check_probes(sweep: Sweep, out: Path, rerun_changed: bool, log=print) -> None:
+    """A stored probes.json is kept only when it measured what the sweep's [probes] asks: otherwise refused in
+    one line, or with --rerun-changed moved to DIR/replaced/ (kept, never deleted) and measured again."""
+    from blocklab.probes.runner import options_of, parse_options
+
+    folder = Path(out) / "probes"
+    if not sweep.probes or not (folder / "probes.json").is_file():
+        return
+    wanted = options_of(parse_options(probe_args(sweep, Path(out))))
+    stored = stored_options(out)
+    if stored == wanted:
+        return
+    if stored is None:
+        why = "it has no record of its options"
+    else:
+        keys = sorted(k for k in wanted.keys() | stored.keys() if stored.get(k) != wanted.get(k))
+        why = ", ".join(f"{k.replace('_', '-')} {stored.get(k)!r} -> {wanted.get(k)!r}" for k in keys)
+    if not rerun_changed:
+        raise UserError(
+            f"{folder / 'probes.json'} was measured with other options than the sweep's [probes] ({why}); "
+            "pass --rerun-changed to move it to replaced/ and measure again, or choose another --out"
+        )
+    target = keep_aside(folder, Path(out))
+    log(f"init probes: options changed ({why}); the old ones moved to {target}")
 
 
 def keep_aside(path: Path, out: Path) -> Path:
@@ -182,6 +209,7 @@ def run_sweep(
     with sweep_lock(out):
         check_folder(out, sweep.name)
         check_changed(sweep.runs, out, rerun_changed, log)
+        check_probes(sweep, out, rerun_changed, log)  # said before the training, though they run after it
         launcher.start(out, log)  # a cluster that cannot train into `out` is said before any run starts
         try:
             return _run_phases(sweep, out, launcher, progress, log, rerun_changed)

@@ -82,6 +82,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is off anyway when not a terminal)")
 
 
+# Options that say where and how the probes run, not what they measure: left out of probes.json's `options`.
+RUN_ONLY = ("out", "overwrite", "no_progress")
+
+
+def options_of(args: argparse.Namespace) -> dict:
+    """What the probes measure, as probes.json's settings record it (`options`): every option but RUN_ONLY, so
+    that a sweep keeps a stored probes.json only when it asks for the same measurement."""
+    own = set(vars(parse_options(["--out", "."]))) - set(RUN_ONLY)  # not what the command line adds (its func)
+    return {k: v for k, v in sorted(vars(args).items()) if k in own}
+
+
 def parse_options(argv: list[str]) -> argparse.Namespace:
     """`blocklab probe`'s options from strings (a bad one exits as argparse does, naming `blocklab probe`)."""
     parser = argparse.ArgumentParser(prog="blocklab probe")
@@ -226,6 +237,7 @@ def run(args) -> int:
         print(msg, file=sys.stderr)
 
     batches, vocab, info = make_batches(args, log)
+    info["options"] = options_of(args)
     model["vocab_size"] = vocab
     result = run_init_probes(
         blocks,
