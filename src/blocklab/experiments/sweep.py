@@ -6,8 +6,6 @@ those runs once the best values are known."""
 from __future__ import annotations
 
 import copy
-import itertools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,12 +15,17 @@ from blocklab.experiments.evaluation import EvalStage, parse_eval
 from blocklab.experiments.factors import expand_factors
 from blocklab.experiments.protocol import FINAL_SEEDS, Compare, Power, parse_power
 from blocklab.experiments.sweep_tables import (
+    SHORT,
+    SWEEP_FIELDS,
+    GroupSpec,
     auto_seeds,
     check_experiments,
     check_seeds,
     compares,
+    groups_of,
     nest,
     only_experiments,
+    slug,
     tunes,
     with_common,
 )
@@ -32,17 +35,6 @@ from blocklab.run_summary import read_summary, summary_path
 from blocklab.training.config import RunConfig, load_config, read_toml
 
 AUTO = "auto"  # seeds = "auto": the count of final seeds chosen from a first round (experiments/protocol.py)
-SHORT = {
-    "model.block": "",
-    "train.lr": "lr",
-    "train.warmup_steps": "wu",
-    "train.seed": "s",
-    "model.n_layers": "L",
-    "model.d_model": "d",
-    "train.optimizer": "",
-    "model.norm": "",
-    "model.init": "",
-}
 
 
 @dataclass
@@ -77,23 +69,6 @@ class RunSpec:
         if self.phase == "tune" or self.value is not None or self.size is not None:
             out.update(value=self.value, size=self.size)
         return out
-
-
-@dataclass
-class GroupSpec:
-    """A block and its other settings: what the sweep compares. Its runs differ in seed, size and tuned value."""
-
-    name: str
-    label: str
-    overrides: dict  # nested, the group's own settings
-    experiment: str | None = None
-    recipe: dict = field(default_factory=dict)  # the block recipe's values in effect (dotted)
-
-    @property
-    def settings(self) -> dict:
-        """The dotted settings that set this group apart (its own and its recipe's), as verdicts.json lists them."""
-        own = {f"{s}.{k}": v for s, values in self.overrides.items() for k, v in values.items()}
-        return {**self.recipe, **own}
 
 
 @dataclass
@@ -193,7 +168,7 @@ class Sweep:
         parts = [g.name] + ([f"z{size}"] if size is not None else [])
         if tune is not None:
             parts.append(f"{SHORT.get(tune.key, tune.option)}{value_text(value)}")
-        name = _slug("_".join(parts) + ("" if seed is None else f"_s{seed}"))
+        name = slug("_".join(parts) + ("" if seed is None else f"_s{seed}"))
         size_label = f", size {size}" if size is not None else ""
         group_label = g.label + size_label
         label = group_label + (f", {tune.option} {value_text(value)}" if tune is not None and phase == "tune" else "")
@@ -258,36 +233,6 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
-def _fmt(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
-
-
-def _groups(spec: dict) -> list[GroupSpec]:
-    grid = spec.get("grid", {})
-    for key, values in grid.items():
-        if not isinstance(values, list) or not values:
-            raise UserError(f"grid.{key} must be a non-empty list")
-    keys = list(grid)
-    groups = []
-    for combo in itertools.product(*(grid[k] for k in keys)) if keys else []:
-        flat = dict(zip(keys, combo))
-        parts = [f"{SHORT.get(k, k.split('.')[-1])}{_fmt(v)}" for k, v in flat.items() if len(grid[k]) > 1]
-        label = ", ".join(parts) or spec.get("name", "run")
-        groups.append(GroupSpec(_slug("_".join(parts)) or "run", label, nest(flat), spec.get("grid_experiment")))
-    for i, extra_run in enumerate(spec.get("runs", [])):
-        extra_run = dict(extra_run)
-        label = extra_run.pop("label", None) or extra_run.get("name") or f"run {i}"
-        experiment = extra_run.pop("experiment", None)
-        groups.append(GroupSpec(_slug(extra_run.pop("name", None) or label), label, nest(extra_run), experiment))
-    if not groups:
-        raise UserError("the sweep defines no runs: give a [grid] and/or [[runs]]")
-    return groups
-
-
 def _apply_recipes(groups: list[GroupSpec], base: dict, cli: dict) -> None:
     """Each group's block recipe, in effect where neither the group nor the command line sets the key
     (docs/sweeps.md#where-a-runs-settings-come-from: package defaults < sweep base < block recipe < the group's own
@@ -310,35 +255,14 @@ def _apply_recipes(groups: list[GroupSpec], base: dict, cli: dict) -> None:
 def build_sweep(spec: dict, extra: dict | None = None, seeds: list[int] | None = None) -> Sweep:
     """A sweep from its dict form (a preset, or a parsed SWEEP.toml); `extra` (the command line's overrides)
     applies to every run, over every other setting; `seeds` replaces the sweep's seeds (`compare --seeds`)."""
-    known = {
-        "name",
-        "description",
-        "base",
-        "grid",
-        "runs",
-        "probes",
-        "expected_cost",
-        "target_run",
-        "seeds",
-        "finetune",
-        "reference",
-        "experiments",
-        "grid_experiment",
-        "tune",
-        "sizes",
-        "eval",
-        "compare",
-        "power",
-        "factor",
-    }
-    unknown = sorted(set(spec) - known)
+    unknown = sorted(set(spec) - SWEEP_FIELDS)
     if unknown:
-        raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+        raise UserError(f"unknown sweep field {unknown[0]!r}; valid: {', '.join(sorted(SWEEP_FIELDS))}")
     spec, factors = expand_factors(with_common(spec))
     if seeds is not None:
         spec = dict(spec, seeds=seeds)
     cli = extra or {}
-    groups = _groups(spec)
+    groups = groups_of(spec)
     seeds = spec.get("seeds")
     power = None
     if seeds == AUTO:

@@ -1,10 +1,12 @@
 """A sweep's tables as written (a preset or a SWEEP.toml, docs/sweeps.md): dotted keys nested, each experiment's
-`common` settings spread over its runs, the `experiments` table and the seeds checked, one experiment picked out.
-experiments/sweep.py builds the runs from them."""
+`common` settings spread over its runs, the `experiments` table and the seeds checked, one experiment picked out,
+the groups its [grid] and [[runs]] define. experiments/sweep.py builds the runs from them."""
 
 from __future__ import annotations
 
+import itertools
 import re
+from dataclasses import dataclass, field
 
 from blocklab.errors import UserError
 from blocklab.experiments.protocol import parse_compare
@@ -13,6 +15,39 @@ from blocklab.experiments.tuning import parse_tune
 # An experiment's name: it names the report's section ids and figure files (loss_vs_step_NAME.png).
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 EXPERIMENT_KEYS = ("title", "description", "target_run", "tune", "compare", "factor", "common")
+SWEEP_FIELDS = frozenset(
+    "name description base grid runs probes expected_cost target_run seeds finetune reference experiments "
+    "grid_experiment tune sizes eval compare power factor".split()
+)
+# The short forms of settings in run and group names ("pre-ln_lr0.001_s0"); "" leaves only the value.
+SHORT = {
+    "model.block": "",
+    "train.lr": "lr",
+    "train.warmup_steps": "wu",
+    "train.seed": "s",
+    "model.n_layers": "L",
+    "model.d_model": "d",
+    "train.optimizer": "",
+    "model.norm": "",
+    "model.init": "",
+}
+
+
+@dataclass
+class GroupSpec:
+    """A block and its other settings: what the sweep compares. Its runs differ in seed, size and tuned value."""
+
+    name: str
+    label: str
+    overrides: dict  # nested, the group's own settings
+    experiment: str | None = None
+    recipe: dict = field(default_factory=dict)  # the block recipe's values in effect (dotted)
+
+    @property
+    def settings(self) -> dict:
+        """The dotted settings that set this group apart (its own and its recipe's), as verdicts.json lists them."""
+        own = {f"{s}.{k}": v for s, values in self.overrides.items() for k, v in values.items()}
+        return {**self.recipe, **own}
 
 
 def nest(flat: dict) -> dict:
@@ -179,3 +214,35 @@ def only_experiments(spec: dict, names: list[str]) -> dict:
         out.pop("grid", None)
         out.pop("grid_experiment", None)
     return out
+
+
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def slug(text: str) -> str:
+    """A run or group name: anything but letters, digits, '_', '.' and '-' made a '-'."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+
+
+def groups_of(spec: dict) -> list[GroupSpec]:
+    """The groups a sweep's [grid] (every combination of its values) and [[runs]] define, in that order."""
+    grid = spec.get("grid", {})
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"grid.{key} must be a non-empty list")
+    keys = list(grid)
+    groups = []
+    for combo in itertools.product(*(grid[k] for k in keys)) if keys else []:
+        flat = dict(zip(keys, combo))
+        parts = [f"{SHORT.get(k, k.split('.')[-1])}{_fmt(v)}" for k, v in flat.items() if len(grid[k]) > 1]
+        label = ", ".join(parts) or spec.get("name", "run")
+        groups.append(GroupSpec(slug("_".join(parts)) or "run", label, nest(flat), spec.get("grid_experiment")))
+    for i, extra_run in enumerate(spec.get("runs", [])):
+        extra_run = dict(extra_run)
+        label = extra_run.pop("label", None) or extra_run.get("name") or f"run {i}"
+        experiment = extra_run.pop("experiment", None)
+        groups.append(GroupSpec(slug(extra_run.pop("name", None) or label), label, nest(extra_run), experiment))
+    if not groups:
+        raise UserError("the sweep defines no runs: give a [grid] and/or [[runs]]")
+    return groups
