@@ -146,7 +146,7 @@ class BlockSpec:
     recipe       the block paper's training settings, as ("section.option", value) pairs ("train.weight_decay",
                  0.0): only what the paper states as part of its method and that differs from the package's
                  default; constants of the block itself live in its class. Applied to the settings a run leaves
-                 unset (training/config.py apply_recipe; docs/sweeps.md#where-a-runs-settings-come-from)
+                 unset (training/recipe.py apply_recipe; docs/sweeps.md#where-a-runs-settings-come-from)
     recipe_source  the paper section or table the recipe comes from ("Loshchilov et al. 2024, Sec. 2.6"),
                  required with a recipe and only with one
     """

@@ -8,7 +8,8 @@ import pytest
 from blocklab.blocks import REGISTRY
 from blocklab.cli import main
 from blocklab.training import load_config, train
-from blocklab.training.config import RunConfig, apply_recipe, read_toml, to_toml
+from blocklab.training.config import RunConfig, read_toml, to_toml
+from blocklab.training.recipe import apply_recipe
 from tests.helpers import as_args
 
 NGPT = {"train.weight_decay": 0.0, "train.warmup_steps": 0}  # Loshchilov et al. 2024, Sec. 2.6

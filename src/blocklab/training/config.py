@@ -13,8 +13,8 @@ from blocklab.config import ModelConfig
 from blocklab.data import DataConfig
 from blocklab.errors import ConfigError, UserError
 from blocklab.overrides import parse_overrides as parse_tokens
-from blocklab.registry import REGISTRY
 from blocklab.settings import help_text, markdown_table, only_where, setting, validate
+from blocklab.training.recipe import apply_recipe
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -325,35 +325,6 @@ def read_toml(path: str | Path, what: str = "config file") -> dict:
         raise UserError(f"{what} {p} is not valid TOML: {e}") from None
 
 
-def apply_recipe(raw: dict) -> tuple[dict, dict]:
-    """Fill in the recipe of raw's block (REGISTRY[block].recipe; model.block unset: the default block).
-
-    `raw` is the nested {"model": {...}, "data": {...}, "train": {...}} of the settings a run sets itself; a recipe
-    value goes only where raw has no value for its key, so every explicit setting wins
-    (docs/sweeps.md#where-a-runs-settings-come-from: package defaults < block recipe < the run's own settings). Returns
-    (a new raw, the values applied as {"section.option": value}); raw itself is left as it was. An unknown block applies
-    nothing (RunConfig.from_dict then names the valid ones).
-    """
-    new = {section: dict(values) if isinstance(values, dict) else values for section, values in raw.items()}
-    model = new.get("model")
-    block = model.get("block", ModelConfig.block) if isinstance(model, dict) else ModelConfig.block
-    spec = REGISTRY.get(block) if isinstance(block, str) else None
-    applied: dict = {}
-    for key, value in spec.recipe if spec is not None else ():
-        section, option = key.split(".", 1)
-        values = new.setdefault(section, {})
-        if isinstance(values, dict) and option not in values:
-            values[option] = applied[key] = value
-    return new, applied
-
-
-def describe_recipe(block: str, applied: dict) -> str:
-    """One line for the training log: 'recipe of nGPT (Loshchilov et al. 2024, Sec. 2.6): train.weight_decay=0.0'."""
-    spec = REGISTRY[block]
-    values = ", ".join(f"{k}={v!r}" for k, v in applied.items())
-    return f"recipe of {spec.label} ({spec.recipe_source}): {values}"
-
-
 def config_differences(saved: RunConfig, asked: RunConfig, ignore=frozenset()) -> list[tuple[str, object, object]]:
     """[(dotted key, saved value, asked value)] for every setting in which two configs differ, except `ignore`
     ({(section, key)}): what resuming a run and reusing a sweep's stored run both check."""
@@ -368,7 +339,7 @@ def config_differences(saved: RunConfig, asked: RunConfig, ignore=frozenset()) -
 
 def load_config(path: str | Path | None, overrides: list[str] | dict | None = None, recipe: bool = False) -> RunConfig:
     """The file's settings, then the overrides over them; with `recipe`, the block's recipe fills in the
-    settings that neither sets (apply_recipe), and RunConfig.recipe records what it filled in.
+    settings that neither sets (training/recipe.py), and RunConfig.recipe records what it filled in.
 
     Off by default: a stored run's config.toml is loaded as it is, and a sweep orders the recipe among its
     own layers itself."""

@@ -20,11 +20,12 @@ from blocklab.model import count_parameters
 from blocklab.model.checkpointing import checkpoint_activations
 from blocklab.run_summary import RunSummary, write_summary
 from blocklab.training import distributed, materialise, parallel
-from blocklab.training.config import RunConfig, compiles, describe_recipe, to_toml
+from blocklab.training.config import RunConfig, compiles, to_toml
 from blocklab.training.logger import MetricsLogger, grad_values
 from blocklab.training.loop import StepMixin
 from blocklab.training.optim import make_optimizer
 from blocklab.training.qk_clip import QKClip
+from blocklab.training.recipe import describe_recipe
 from blocklab.training.rundir import RESUMABLE_CHANGES, RUN_FILES, discard_run, prepare_run_dir
 from blocklab.training.saving import restore_latest, write_checkpoint
 from blocklab.training.stall import stall_detector
