@@ -1,7 +1,10 @@
 """Shared by the fused-kernel tests: the device the kernel runs on, the float64 reference, inputs,
 masks and tolerances (see test_fused.py's docstring for the method)."""
 
+import contextlib
+import dataclasses
 import functools
+import inspect
 import math
 import os
 
@@ -31,6 +34,63 @@ if triton is not None:
         x = fk._op(tl.load(X + o[:, None] * N + o[None, :]), tl.bfloat16)  # a bf16 input
         w = fk._op(tl.load(W + o[:, None] * N + o[None, :]), tl.bfloat16)  # an fp32 value rounded to bf16
         tl.store(Y + o[:, None] * N + o[None, :], tl.dot(x, w) + x.to(tl.float32) * 2.0)
+
+
+@contextlib.contextmanager
+def lean_interpreter():
+    """Triton's interpreter without two costs that check nothing: the same kernels, values and checks
+    in about half the CPU time (the tests that interpret the kernels run under it).
+
+    - The repeated patching of triton.language. A launch patches tl's builtins for interpretation
+      (`_patch_lang`: an `inspect.getmembers` walk over tl, tl.core, tl.math and tl.tensor, ~4 ms),
+      and Triton 3.9 patches them again, to equivalent functions, at every call of a @triton.jit
+      helper inside the kernel (`_op`, `_rows`, tl.sum and the like: hundreds per launch, a third of
+      the interpreter's time), never undoing a helper's patch before the launch ends. Here a helper
+      patches only the modules this launch has not patched yet (tl.core, first reached through
+      tl.sum's globals). Were a later Triton to undo a helper's patches when it returns, the next
+      helper would meet unpatched builtins, which raise: no silent change.
+    - The integer-overflow sanitizer. Every int32 add, sub and mul is redone in int64 and compared
+      with the int32 range, and the result goes to `device_assert`, which does nothing unless the
+      builder's `debug` option is set (the interpreter's never is): a quarter of the remaining time
+      for a check that cannot fire. It stays on wherever `debug` is set.
+    Without the interpreter this does nothing."""
+    if triton is None or os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang
+    patched = []  # the running launch's patched modules (ids); empty between launches
+
+    @functools.cache
+    def lang_modules(fn) -> frozenset:
+        return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+
+    def patch_lang(fn):
+        langs = lang_modules(fn)
+        if patched:  # a helper's call within a launch
+            if langs <= patched[-1]:
+                return interpreter._LangPatchScope()  # already patched; nothing to undo
+            patched[-1] |= langs
+            return original(fn)  # never restored, as in Triton: it holds until the launch restores
+        scope = original(fn)  # the launch's own patch, which the launch restores
+        patched.append(set(langs))
+        restore = scope.restore
+
+        def restore_and_end():
+            patched.pop()
+            restore()
+
+        scope.restore = restore_and_end
+        return scope
+
+    builder = interpreter.interpreter_builder
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(interpreter, "_patch_lang", patch_lang)
+        if not builder.options.debug:
+            mp.setattr(builder, "options", dataclasses.replace(builder.options, sanitize_overflow=False))
+        yield
 
 
 @functools.cache
