@@ -60,6 +60,16 @@ def lean_interpreter():
     import triton.language as tl
     from triton.runtime import interpreter
 
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if not (
+        hasattr(interpreter, "_patch_lang")
+        and hasattr(interpreter, "_LangPatchScope")
+        and dataclasses.is_dataclass(options)
+        and hasattr(options, "sanitize_overflow")
+    ):  # another Triton than the one these internals were read from: the plain, slower interpreter
+        yield
+        return
     original = interpreter._patch_lang
     patched = []  # the running launch's patched modules (ids); empty between launches
 
@@ -85,7 +95,6 @@ def lean_interpreter():
         scope.restore = restore_and_end
         return scope
 
-    builder = interpreter.interpreter_builder
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(interpreter, "_patch_lang", patch_lang)
         if not builder.options.debug:
