@@ -123,7 +123,8 @@ class RayCluster:
             env["RAY_AUTH_TOKEN_PATH"] = str(self.root / "no-token")
         return env
 
-    def _start(self, ip: str, args: list[str], prefix: list[str] = (), env: dict | None = None) -> Node:
+    def _launch(self, ip: str, args: list[str], prefix: list[str] = (), env: dict | None = None) -> Node:
+        """A node's `ray start`, not waited for (_wait)."""
         name = f"n{self.started}"
         self.started += 1
         ports = free_ports(ip, 24)
@@ -156,20 +157,27 @@ class RayCluster:
         node = Node(proc, ip, log, self.root / name)
         self.nodes.append(node)
         self._note(proc.pid)
-        deadline = time.time() + START_TIMEOUT_S
-        while "Ray runtime started" not in log.read_text():
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"ray start on {ip} did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        self._note(proc.pid)
+        return node
+
+    def _wait(self, node: Node, deadline: float) -> None:
+        """Until the node's `ray start` says it started."""
+        while "Ray runtime started" not in node.log.read_text():
+            if node.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"ray start on {node.ip} did not start:\n{node.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        self._note(node.proc.pid)
+
+    def _start(self, ip: str, args: list[str], prefix: list[str] = (), env: dict | None = None) -> Node:
+        node = self._launch(ip, args, prefix, env)
+        self._wait(node, time.time() + START_TIMEOUT_S)
         return node
 
     def _note(self, root: int) -> None:
         self.seen.update(filter(None, map(identity, [root, *descendants(root)])))
 
-    def start_head(self, ip: str = "127.0.0.2") -> Node:
+    def _launch_head(self, ip: str) -> Node:
         port, client, dashboard = free_ports(ip, 3)
-        head = self._start(
+        head = self._launch(
             ip,
             [
                 "--head",
@@ -182,6 +190,26 @@ class RayCluster:
         )  # fmt: skip
         self.address = f"{ip}:{port}"
         return head
+
+    def start(
+        self, head: str = "127.0.0.2", worker: str = "127.0.0.3", prefix: list[str] = (), env: dict | None = None
+    ):
+        """A head and a worker (`prefix`, `env`: add_worker's), the worker launched once the head's GCS answers:
+        the rest of the head's start (its raylet, agents, log monitor) overlaps the worker's."""
+        deadline = time.time() + START_TIMEOUT_S
+        first = self._launch_head(head)
+        host, port = self.address.rsplit(":", 1)
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                if first.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"the head's GCS did not answer:\n{first.log.read_text()[-3000:]}") from None
+                time.sleep(0.1)
+        second = self._launch(worker, ["--address", self.address], list(prefix), env)
+        self._wait(first, deadline)
+        self._wait(second, deadline)
 
     def add_worker(self, ip: str = "127.0.0.3", prefix: list[str] = (), env: dict | None = None) -> Node:
         """A worker node; `prefix` runs its `ray start` under another command, `env` adds to its environment."""

@@ -1,8 +1,9 @@
 """`compare --launcher ray` on a real two-node Ray cluster on this machine (tests/experiments/ray_cluster.py): the
-runs land on both nodes and give the local launcher's verdicts score for score; a node lost mid-run is survived
-by resuming from the checkpoint; Ctrl-C cancels the tasks and the same command resumes; a second compare, a
-client without the token and a node that cannot write the folder are refused in one line. Each compare is a
-process, as a user runs it. The mistakes found before any connection: tests/cli/test_compare_launcher.py."""
+runs land on both nodes and give the local launcher's verdicts score for score, a node lost mid-run resuming from
+its checkpoint (one sweep: each compare costs a process, a connection and a worker per node, and the local
+reference a second training of the sweep); Ctrl-C cancels the tasks and the same command resumes; a second
+compare, a client without the token and a node that cannot write the folder are refused in one line. Each compare
+is a process, as a user runs it. The mistakes found before any connection: tests/cli/test_compare_launcher.py."""
 
 import json
 import os
@@ -18,7 +19,7 @@ import pytest
 
 from blocklab.cli import main
 from tests.cli.test_compare_cli import write_sweep
-from tests.experiments.ray_cluster import RayCluster, alive
+from tests.experiments.ray_cluster import RayCluster
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +28,15 @@ TIMEOUT_S = 420  # one compare of a few tiny runs, on a busy 2-core machine
 
 @pytest.fixture(scope="module")
 def cluster():
-    """One cluster for the module: a head on 127.0.0.2 and a worker on 127.0.0.3, 1 CPU each."""
+    """One cluster for the module: a head on 127.0.0.2 and a worker on 127.0.0.3, 1 CPU each. The worker cannot
+    write one folder, `read_only` (read_only_worker): the refusal's test needs no third node of its own, and every
+    other test's folder both nodes write."""
     c = RayCluster()
     try:
-        c.start_head()
-        c.add_worker()
+        c.read_only = c.root / "read-only"
+        c.read_only.mkdir()
+        c.worker_setup, c.read_only_error = read_only_worker(c)
+        c.start(**c.worker_setup)
         yield c
     finally:
         c.stop()
@@ -44,7 +49,7 @@ def two_nodes(cluster):
     worker = cluster.nodes[1]
     if not worker.alive():
         cluster.remove(worker)
-        cluster.add_worker()
+        cluster.add_worker(**cluster.worker_setup)
     return cluster
 
 
@@ -126,35 +131,6 @@ def local_reference(sweep, out) -> dict:
     return json.loads((out / "verdicts.json").read_text())
 
 
-def test_a_sweep_lands_on_both_nodes_with_the_local_launchers_verdicts(two_nodes, tmp_path, overrides):
-    # Tuning, then final seeds: long enough that some runs score and others fail (end on the unigram plateau).
-    sweep = sweep_file(tmp_path, overrides, steps=100, values=(1e-2, 3e-2))
-    proc, log = compare(two_nodes, sweep, tmp_path / "ray")
-    assert finished(proc, log) == 0, log.read_text()[-4000:]
-    reference = local_reference(sweep, tmp_path / "local")
-    got = json.loads((tmp_path / "ray" / "verdicts.json").read_text())
-    assert without_timing(got) == without_timing(reference)
-    outcomes = [s for g in got["experiments"]["tiny"]["groups"].values() for p in g["curve"] for s in p["statuses"]]
-    assert "completed" in outcomes and len(outcomes) == 4  # scores to compare, not only failures
-    runs = sorted(p.name for p in (tmp_path / "local" / "runs").iterdir())
-    assert runs == sorted(p.name for p in (tmp_path / "ray" / "runs").iterdir()) and len(runs) == 8
-    nodes, hosts = set(), set()
-    for name in runs:  # the same losses, bit for bit, at every logged step
-        assert losses(tmp_path / "ray" / "runs" / name) == losses(tmp_path / "local" / "runs" / name), name
-        summary = json.loads((tmp_path / "ray" / "runs" / name / "summary.json").read_text())
-        assert summary["launcher"] == "ray" and summary["threads"] == 1 and summary["concurrent_runs"] == 2
-        nodes.add(summary["ray_node_id"])
-        hosts.add(summary["host"])
-        local = json.loads((tmp_path / "local" / "runs" / name / "summary.json").read_text())
-        assert local["launcher"] == "local" and "ray_node_id" not in local and local["host"] in hosts
-    assert len(nodes) == 2  # both nodes trained
-    text = log.read_text()
-    assert "Ray: 2 node(s) at 127.0.0.2:" in text and "[1/8] " in text and "queued on the cluster to train" in text
-    done = [line for line in text.splitlines() if " tokens/s on " in line]
-    assert len(done) == 8 and {line.rsplit("(node ", 1)[1][:8] for line in done} == {n[:8] for n in nodes}
-    assert text.count("] training on ") == 8  # each run trained once: nothing retried
-
-
 def test_ctrl_c_cancels_the_tasks_and_the_same_command_resumes(two_nodes, tmp_path, overrides):
     # Long SAS-P runs and short Pre-LN ones; a phase starts its costliest runs first, so the SAS-P runs train
     # first: Ctrl-C once one of them has finished and another trains (the Pre-LN runs still queued).
@@ -217,19 +193,33 @@ def test_a_client_without_the_token_is_refused_in_one_line(cluster, tmp_path, ov
     assert not (tmp_path / "out" / "runs").exists()
 
 
-def test_a_lost_node_is_survived_by_resuming_from_the_checkpoint(two_nodes, tmp_path, overrides):
-    # After the tests that need both nodes: the worker is not started again (the next test adds its own node).
-    sweep = sweep_file(tmp_path, overrides, steps=200)
+def test_a_node_that_cannot_write_the_folder_is_refused_before_any_run(two_nodes, tmp_path, overrides):
+    out = two_nodes.read_only  # the worker node cannot write it, the head can
+    sweep = sweep_file(tmp_path, overrides, steps=6)
+    proc, log = compare(two_nodes, sweep, out)
+    assert finished(proc, log, timeout=240) == 2
+    err = log.read_text().strip().splitlines()[-1]
+    assert f"cannot write there ({two_nodes.read_only_error})" in err and "shared file system" in err, err
+    assert not (out / "runs").exists() and not list(out.glob(".ray-check-*"))
+
+
+def test_a_sweep_lands_on_both_nodes_survives_a_lost_node_and_gives_the_local_launchers_verdicts(
+    two_nodes, tmp_path, overrides
+):
+    # Tuning on one seed (4 runs), then the final seeds (4 runs), two at a time. The worker node is lost mid-way
+    # through its first final run: the tuning runs it finished stay its own (the runs land on both nodes), and the
+    # lost run resumes on the head from its checkpoint. Last of the tests: the worker is not started again.
+    sweep = sweep_file(tmp_path, overrides, steps=100, values=(1e-2, 3e-2))
     out = tmp_path / "ray"
     worker = two_nodes.nodes[1]
     before = worker.worker_logs()
     proc, log = compare(two_nodes, sweep, out)
     try:
 
-        def on_worker():  # the run the worker node trains, from its worker's stderr: "  [NAME] training on ..."
-            return next((x for x in worker.lines_since(before) if "] training on " in x), None)
+        def final_run_on_worker():  # from its worker's stderr, "  [NAME] training on ...": not the tuning seed's
+            return next((x for x in worker.lines_since(before) if "] training on " in x and "_s5]" not in x), None)
 
-        line = wait_for(on_worker, "run on the worker node", proc, log)
+        line = wait_for(final_run_on_worker, "final run on the worker node", proc, log)
         run, node = out / "runs" / line.split("[", 1)[1].split("]", 1)[0], line.rsplit("(node ", 1)[1][:8]
 
         def checkpointed():  # a checkpoint past the first, and the metrics rows up to it
@@ -244,32 +234,40 @@ def test_a_lost_node_is_survived_by_resuming_from_the_checkpoint(two_nodes, tmp_
     finally:
         if proc.poll() is None:
             proc.kill()
+    reference = local_reference(sweep, tmp_path / "local")
+    got = json.loads((out / "verdicts.json").read_text())
+    assert without_timing(got) == without_timing(reference)
+    outcomes = [s for g in got["experiments"]["tiny"]["groups"].values() for p in g["curve"] for s in p["statuses"]]
+    assert "completed" in outcomes and len(outcomes) == 4  # scores to compare, not only failures
+    runs = sorted(p.name for p in (tmp_path / "local" / "runs").iterdir())
+    assert runs == sorted(p.name for p in (out / "runs").iterdir()) and len(runs) == 8
+    assert "partial" not in statuses(out).values() and len(statuses(out)) == 8
+    nodes, hosts = set(), set()
+    for name in runs:  # the same losses, bit for bit, at every logged step: the lost run's as if never disturbed
+        assert losses(out / "runs" / name) == losses(tmp_path / "local" / "runs" / name), name
+        summary = json.loads((out / "runs" / name / "summary.json").read_text())
+        assert summary["launcher"] == "ray" and summary["threads"] == 1 and summary["concurrent_runs"] == 2
+        nodes.add(summary["ray_node_id"])
+        hosts.add(summary["host"])
+        local = json.loads((tmp_path / "local" / "runs" / name / "summary.json").read_text())
+        assert local["launcher"] == "local" and "ray_node_id" not in local and local["host"] in hosts
+    assert len(nodes) == 2  # both nodes trained
     summary = json.loads((run / "summary.json").read_text())
-    assert not summary["ray_node_id"].startswith(node) and f"[{run.name}] resuming on " in log.read_text()  # the head
+    assert not summary["ray_node_id"].startswith(node)  # the lost run finished on the head
     rows = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == list(range(1, summary["step"] + 1))  # one continuous sequence
     # Resumed, not restarted: the rows up to its checkpoint are the ones written before the loss, timings and all.
     assert rows[: len(saved)] == saved
-    assert len(statuses(out)) == 4 and "partial" not in statuses(out).values()
-    reference = local_reference(sweep, tmp_path / "local")
-    assert without_timing(json.loads((out / "verdicts.json").read_text())) == without_timing(reference)
-    assert losses(run) == losses(tmp_path / "local" / "runs" / run.name)  # as if never disturbed, bit for bit
-
-
-def test_a_node_that_cannot_write_the_folder_is_refused_before_any_run(cluster, tmp_path, overrides):
-    out = tmp_path / "out"
-    out.mkdir()
-    node, why = read_only_node(cluster, out, tmp_path)
-    try:
-        sweep = sweep_file(tmp_path, overrides, steps=6)
-        proc, log = compare(cluster, sweep, out)
-        assert finished(proc, log, timeout=240) == 2
-        err = log.read_text().strip().splitlines()[-1]
-        assert f"cannot write there ({why})" in err and "shared file system" in err, err
-        assert not (out / "runs").exists() and not list(out.glob(".ray-check-*"))
-    finally:
-        cluster.remove(node)
-    assert not alive(node.proc.pid)
+    text = log.read_text()
+    assert "Ray: 2 node(s) at 127.0.0.2:" in text and "[1/8] " in text and "queued on the cluster to train" in text
+    done = [line for line in text.splitlines() if " tokens/s on " in line]
+    assert len(done) == 8 and {line.rsplit("(node ", 1)[1][:8] for line in done} == {n[:8] for n in nodes}
+    # Each run trained once, nothing retried, but the lost run: resumed once. (Its start on the worker reaches
+    # compare's log only when the worker's log monitor sent it before the node went.)
+    for name in runs:
+        assert text.count(f"[{name}] resuming on ") == (name == run.name), name
+        assert text.count(f"[{name}] training on ") == 1 or name == run.name, name
+    assert text.count(f"[{run.name}] training on ") <= 1
 
 
 # A node whose Python is refused writes under one folder (where no mount namespace can be made: a CI runner
@@ -291,16 +289,17 @@ builtins.open = io.open = _refusing
 """
 
 
-def read_only_node(cluster, out: Path, tmp_path: Path):
-    """A third node that cannot write `out`, and the error it meets: its own mount namespace with the folder bound
-    read-only over itself where the kernel lets this user make one, else its Python refused writes there."""
+def read_only_worker(cluster) -> tuple[dict, str]:
+    """How to start a worker that cannot write `cluster.read_only` (add_worker's prefix and env), and the error it
+    meets: its own mount namespace with the folder bound read-only over itself where the kernel lets this user
+    make one, else its Python refused writes there."""
+    out = cluster.read_only
     unshare = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
     if subprocess.run([*unshare, "true"], capture_output=True).returncode == 0:
         mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
-        return cluster.add_worker("127.0.0.4", prefix=[*unshare, "sh", "-c", mount, str(out)]), "Read-only file system"
-    site = tmp_path / "refuse-writes"
-    site.mkdir()
+        return {"prefix": [*unshare, "sh", "-c", mount, str(out)]}, "Read-only file system"
+    site = cluster.root / "refuse-writes"
+    site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(REFUSE_WRITES)
     path = os.pathsep.join([str(site), cluster.env()["PYTHONPATH"]])
-    env = {"PYTHONPATH": path, "BLOCKLAB_TEST_READ_ONLY": str(out.resolve())}
-    return cluster.add_worker("127.0.0.4", env=env), "Permission denied"
+    return {"env": {"PYTHONPATH": path, "BLOCKLAB_TEST_READ_ONLY": str(out.resolve())}}, "Permission denied"
