@@ -140,9 +140,12 @@ def test_ctrl_c_cancels_the_tasks_and_the_same_command_resumes(two_nodes, tmp_pa
     try:
 
         def one_finished_and_another_trains():
+            # "finished" once compare has its result (its " tokens/s on " line), not when summary.json appears: a
+            # Ctrl-C while the task's reply is in flight can abort Ray's driver (ray-project/ray#54260).
             ended = {p.parent for p in out.glob("runs/sas-p_s*/summary.json")}
             training = [p for p in out.glob("runs/sas-p_s*/metrics.jsonl") if p.parent not in ended]
-            return ended and any(p.stat().st_size > 0 for p in training)
+            received = " tokens/s on " in log.read_text()
+            return ended and received and any(p.stat().st_size > 0 for p in training)
 
         wait_for(one_finished_and_another_trains, "a finished SAS-P run and another training", proc, log)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: to the terminal's foreground group, compare's own

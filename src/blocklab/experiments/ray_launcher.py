@@ -174,7 +174,10 @@ class RayLauncher:
     def _cancel(self, running: dict, log) -> None:
         ray = self.ray
         refs = list(running)
-        for ref in refs:
+        # Not a task whose result is already back: Ray 2.60 can abort the driver when a cancel meets a task's
+        # completion (a RAY_CHECK in its task manager; ray-project/ray#54260). The window left is the reply in flight.
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in pending:
             ray.cancel(ref)  # queued: never starts; training: saves its checkpoint and writes `interrupted`
         _, left = ray.wait(refs, num_returns=len(refs), timeout=CANCEL_TIMEOUT_S)
         for ref in left:
