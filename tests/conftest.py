@@ -97,6 +97,8 @@ SLOW_ELSEWHERE = (
     "tests/attention/test_impls.py::test_fused_and_materialized_agree",
     "tests/attention/test_fused.py::test_kernel_matches_float64_reference",
     "tests/blocks/test_depthmix.py::test_compiling_a_denseformer_block",
+    # dynamo traces each block: seconds, most of them torch._dynamo's import and first trace
+    "tests/blocks/test_mudd.py::test_compiling_a_block_leaves_its_dense_connections_eager",
     # transformers' import and a save/load per block: seconds per worker before the first assertion
     "tests/hf/test_models.py",
     # a whole `blocklab check` run (dynamo traces each competitor), and a compiled competitor
