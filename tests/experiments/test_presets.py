@@ -26,6 +26,13 @@ def preset(name):
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds_valid_configs(name):
+    s = preset(name)
+    assert s.runs and s.description and s.expected_cost
+    assert all(r.config is not None for r in s.runs)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_tunes_its_learning_rate_with_seeds_apart(name):
     s = preset(name)
     assert s.tunes and {t.key for t in s.tunes.values()} == {"train.lr"}
