@@ -97,6 +97,14 @@ SLOW_ELSEWHERE = (
     "tests/attention/test_impls.py::test_fused_and_materialized_agree",
     "tests/attention/test_fused.py::test_kernel_matches_float64_reference",
     "tests/blocks/test_depthmix.py::test_compiling_a_denseformer_block",
+    # runs trained until the loss stalls (a few dozen steps, two or three runs a test); the detector itself is
+    # checked on constructed loss curves in the same file, in test-fast
+    "tests/training/test_stall.py::test_run_on_iid_words_stalls",
+    "tests/training/test_stall.py::test_healthy_run_passes_through_the_unigram_entropy",
+    "tests/training/test_stall.py::test_resuming_a_stalled_run",
+    "tests/training/test_stall.py::test_a_run_that_stalled_at_its_last_step_resumes_stalled",
+    # dynamo traces each block: seconds, most of them torch._dynamo's import and first trace
+    "tests/blocks/test_mudd.py::test_compiling_a_block_leaves_its_dense_connections_eager",
     # transformers' import and a save/load per block: seconds per worker before the first assertion
     "tests/hf/test_models.py",
     # a whole `blocklab check` run (dynamo traces each competitor), and a compiled competitor
@@ -108,8 +116,9 @@ SLOW_ELSEWHERE = (
     "tests/bench/test_check_competitors.py::test_an_injected_wrong_competitor_is_caught_timed_and_not_picked",
     "tests/bench/test_flops.py::test_the_fused_op_counts_what_the_sdpa_path_counts",  # the interpreted kernel
 )
-# Every block's "a short run that learns" (a few dozen optimizer steps each) is a training test too.
-SLOW_NAMES = ("short_run_learns",)
+# Every block's "a short run that learns" (a few dozen optimizer steps each) is a training test too, and so is
+# each encoder-decoder's "trains and translates" (40 to 60 steps until it has learnt the reversal task).
+SLOW_NAMES = ("short_run_learns", "short_clm_run_learns", "trains_and_translates")
 
 
 def pytest_collection_modifyitems(config, items):

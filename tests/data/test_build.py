@@ -16,10 +16,19 @@ def _arrays(c):
     return [np.asarray(a) for a in (c.train, c.val, c.train_doc_starts, c.val_doc_starts)]
 
 
-def test_many_small_writes_give_the_same_tokens_as_one_pass(sample_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(build_mod, "ENCODE_BATCH_DOCS", 10**9)
-    monkeypatch.setattr(build_mod, "ENCODE_BATCH_BYTES", 10**12)
-    one = prepare(DataConfig(source=str(sample_dir), vocab_size=400, cache_dir=str(tmp_path / "a")), **QUIET)
+@pytest.fixture(scope="module")
+def one_pass(sample_dir, tmp_path_factory):
+    """(the sample folder prepared at vocabulary 400 and every document encoded in one write, its cache folder):
+    the reference of the tests below, built once (each build trains a tokenizer)."""
+    root = tmp_path_factory.mktemp("one_pass")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build_mod, "ENCODE_BATCH_DOCS", 10**9)
+        mp.setattr(build_mod, "ENCODE_BATCH_BYTES", 10**12)
+        return prepare(DataConfig(source=str(sample_dir), vocab_size=400, cache_dir=str(root)), **QUIET), root
+
+
+def test_many_small_writes_give_the_same_tokens_as_one_pass(one_pass, sample_dir, tmp_path, monkeypatch):
+    one, _ = one_pass
 
     calls = []
     real = build_mod.encode_stream
@@ -42,8 +51,9 @@ def test_many_small_writes_give_the_same_tokens_as_one_pass(sample_dir, tmp_path
     assert one.unigram_entropy == chunked.unigram_entropy
 
 
-def test_tokenizer_sample_is_bounded_spread_and_in_the_key(sample_dir, tmp_path, logs):
-    cfg_all = DataConfig(source=str(sample_dir), vocab_size=400, cache_dir=str(tmp_path / "c"))
+def test_tokenizer_sample_is_bounded_spread_and_in_the_key(one_pass, sample_dir, logs):
+    # the one-pass corpus's cache folder: the whole-corpus build is found there, the sampled one is added beside it
+    cfg_all = DataConfig(source=str(sample_dir), vocab_size=400, cache_dir=str(one_pass[1]))
     stream = open_stream(cfg_all, **QUIET)
     total = stream.train_bytes
     assert total > 200_000
@@ -58,7 +68,7 @@ def test_tokenizer_sample_is_bounded_spread_and_in_the_key(sample_dir, tmp_path,
     assert picked != list(range(len(picked)))  # not simply the first documents
 
     small = DataConfig(
-        source=str(sample_dir), vocab_size=400, cache_dir=str(tmp_path / "c"), tokenizer_sample_mb=budget / 1e6
+        source=str(sample_dir), vocab_size=400, cache_dir=str(one_pass[1]), tokenizer_sample_mb=budget / 1e6
     )
     c_small, c_all = prepare(small, log=logs), prepare(cfg_all, **QUIET)
     assert any("a sample of at most 0.06 MB" in line for line in logs.lines)
@@ -71,8 +81,8 @@ def test_tokenizer_sample_is_bounded_spread_and_in_the_key(sample_dir, tmp_path,
     assert got == [d.text for d in train_docs]
 
 
-def test_wide_vocabularies_are_stored_as_uint32(sample_dir, tmp_path, monkeypatch):
-    narrow = prepare(DataConfig(source=str(sample_dir), vocab_size=400, cache_dir=str(tmp_path / "n")), **QUIET)
+def test_wide_vocabularies_are_stored_as_uint32(one_pass, sample_dir, tmp_path, monkeypatch):
+    narrow, _ = one_pass
     assert narrow.train.dtype == np.uint16
     # A real vocabulary over 65,535 needs a large corpus; the choice is made by token_dtype
     # (tested in test_tokenizer.py), so here we force it and check the whole path.

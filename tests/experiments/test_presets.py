@@ -1,5 +1,6 @@
 """The presets: zoo, depth, warm-up for every block, and Xiong et al.'s SGD arm, each tuned per group."""
 
+import functools
 import hashlib
 import json
 import re
@@ -17,9 +18,23 @@ XIONG_SGD_LRS = SPECS["xiong-warmup"]["experiments"]["sgd"]["tune"]["values"]
 RESFORMER_FEWER = 0.1611  # ResFormer's "16.11% fewer model parameters" (Zhou et al. 2024, abstract)
 
 
+@functools.cache
+def preset(name):
+    """load_sweep(name), built once for the module: a preset's plan is a pure function of its files, the tests
+    only read it, and building the larger ones (~1,000 runs) is most of this file's time."""
+    return load_sweep(name)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds_valid_configs(name):
+    s = preset(name)
+    assert s.runs and s.description and s.expected_cost
+    assert all(r.config is not None for r in s.runs)
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_tunes_its_learning_rate_with_seeds_apart(name):
-    s = load_sweep(name)
+    s = preset(name)
     assert s.tunes and {t.key for t in s.tunes.values()} == {"train.lr"}
     for t in s.tunes.values():
         assert len(t.values) >= 3 and not set(t.seeds) & set(s.final_seeds())  # a best can be interior
@@ -29,7 +44,7 @@ def test_every_preset_tunes_its_learning_rate_with_seeds_apart(name):
 
 @pytest.mark.parametrize("name", ["zoo", "zoo-gpu"])
 def test_zoo_holds_every_block_and_both_options_with_five_seeds(name):
-    s = load_sweep(name)
+    s = preset(name)
     assert s.seeds == [0, 1, 2, 3, 4] and s.target_run == "pre-ln"
     cfgs = {r.group: r.config for r in s.runs}
     assert set(BLOCKS) <= {c.model.block for c in cfgs.values()}
@@ -58,7 +73,7 @@ def test_zoo_holds_every_block_and_both_options_with_five_seeds(name):
 
 
 def test_depth_runs_the_deep_training_claims_up_to_48_layers():
-    s = load_sweep("depth")
+    s = preset("depth")
     cells = {(r.config.model.block, r.config.model.n_layers) for r in s.runs}
     blocks = {"post-ln", "pre-ln", "deepnorm", "mix-ln", "lns", "sas-p", "rezero"}
     assert cells == {(b, L) for b in blocks for L in (6, 12, 24, 48)}
@@ -67,7 +82,7 @@ def test_depth_runs_the_deep_training_claims_up_to_48_layers():
 
 
 def test_depth_compares_each_block_with_pre_ln_at_its_own_depth():
-    s = load_sweep("depth")
+    s = preset("depth")
     depth_of = {r.group: r.config.model.n_layers for r in s.runs}
     for name, meta in s.experiments.items():
         groups = {r.group for r in s.runs if r.experiment == name}
@@ -78,7 +93,7 @@ def test_depth_compares_each_block_with_pre_ln_at_its_own_depth():
 
 @pytest.mark.parametrize("name", ["warmup", "warmup-gpu"])
 def test_warmup_covers_every_block(name):
-    runs = load_sweep(name).runs
+    runs = preset(name).runs
     cells = {(r.config.model.block, r.config.train.warmup_steps, r.config.train.lr) for r in runs}
     assert len(runs) == 2 * len(cells) == 2 * len(BLOCKS) * 3 * 3  # two tuning seeds
     assert {b for b, _, _ in cells} == set(BLOCKS)
@@ -88,7 +103,7 @@ def test_warmup_covers_every_block(name):
     "name,warmups", [("xiong-warmup", (0, 12, 100)), ("xiong-iwslt", (0, 50, 250)), ("xiong-iwslt-gpu", (0, 500, 4000))]
 )
 def test_xiong_presets_run_adam_and_sgd_with_the_papers_rates(name, warmups):
-    sweep = load_sweep(name)
+    sweep = preset(name)
     runs = [r.config for r in sweep.runs]
     cells = {(c.model.block, c.train.optimizer, c.train.lr, c.train.warmup_steps) for c in runs}
     adam = {(b, "adam", lr, w) for b in ("post-ln", "pre-ln") for lr in XIONG_ADAM_LRS for w in warmups}
@@ -105,7 +120,7 @@ def test_xiong_presets_run_adam_and_sgd_with_the_papers_rates(name, warmups):
 def test_scaling_tunes_pre_ln_sas_p_and_two_successors_at_three_sizes(name):
     from blocklab.blocks import REGISTRY
 
-    s = load_sweep(name)
+    s = preset(name)
     assert len(s.sizes) >= 3 and s.target_run == "pre-ln"
     blocks = {g.overrides["model"]["block"] for g in s.groups}
     assert {"pre-ln", "sas-p", "muddformer"} <= blocks and sum(REGISTRY[b].family == "successor" for b in blocks) == 2
@@ -123,7 +138,7 @@ def test_scaling_tunes_pre_ln_sas_p_and_two_successors_at_three_sizes(name):
 def test_stream_sets_every_residual_stream_block_against_pre_ln_at_its_depth(name):
     from blocklab.blocks import REGISTRY
 
-    s = load_sweep(name)
+    s = preset(name)
     stream = {b for b in BLOCKS if REGISTRY[b].family == "stream"}
     assert len(stream) == 8
     for exp, meta in s.experiments.items():
@@ -142,7 +157,7 @@ def test_stream_puts_a_resformer_with_the_claimed_fewer_parameters_beside_pre_ln
     each depth: the MLP width of SMALL_RESFORMER_D_FF gives it to within 0.5% of the model."""
     from blocklab import build_model
 
-    s = load_sweep(name)
+    s = preset(name)
     for exp, meta in s.experiments.items():
         cfgs = {r.group: r.config for r in s.runs if r.experiment == exp}
         small = [c for g, c in cfgs.items() if g.startswith("value-residual-small")]
@@ -166,12 +181,17 @@ def plan_digest(sweep) -> str:
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
+@functools.cache
+def preset_digest(name) -> str:
+    return plan_digest(preset(name))
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_plans_the_runs_it_planned_when_pinned(name):
     pinned = json.loads(PLANS.read_text())
     assert name in pinned, f"preset {name} has no pinned plan: regenerate {PLANS.name}"
-    s = load_sweep(name)
-    assert (plan_digest(s), s.n_runs) == (pinned[name]["runs_sha256"], pinned[name]["n_runs"])
+    s = preset(name)
+    assert (preset_digest(name), s.n_runs) == (pinned[name]["runs_sha256"], pinned[name]["n_runs"])
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -181,7 +201,7 @@ def test_a_dumped_preset_is_a_sweep_file_planning_the_same_runs(name, tmp_path, 
     assert main(["compare", "--preset", name, "--dump"]) == 0
     path = tmp_path / "my.toml"
     path.write_text(capsys.readouterr().out)
-    assert plan_digest(load_sweep(str(path))) == plan_digest(load_sweep(name))
+    assert plan_digest(load_sweep(str(path))) == preset_digest(name)
 
 
 def test_the_zoo_lists_every_block_and_stream_every_stream_block():
@@ -205,7 +225,7 @@ def test_an_overlay_merges_tables_and_replaces_the_rest():
 def _regenerate() -> None:
     found = {}
     for name in sorted(PRESETS):
-        s = load_sweep(name)
+        s = preset(name)
         found[name] = {"runs_sha256": plan_digest(s), "n_runs": s.n_runs}
     PLANS.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
 

@@ -137,6 +137,7 @@ def drawn(tmp_path_factory):
     root = make_sweep(tmp_path_factory.mktemp("stream") / "sweep")
     saved = {}
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(F, "DPI", 20)  # the PNGs' pixels are never read: a coarse raster draws the same artists
         real = F.save_figure
         mp.setattr(F, "save_figure", lambda fig, path: (saved.setdefault(path.name, fig), real(fig, path))[1])
         (section,) = S.stream_sections(part_of(root), root / "figures")
