@@ -208,9 +208,8 @@ def test_sigterm_to_compare_stops_every_parallel_run_and_the_same_command_resume
 
     spec = tmp_path / "sweep.toml"
     # Two groups at one value: their tuning runs train side by side (the signal goes as soon as both have
-    # logged a step: the one that logged last has 49 steps to go, over a second of training, so it is mid-run),
-    # then their final runs, in the same two workers.
-    write_sweep(spec, overrides, steps=50, values=(1e-3,), seeds=(0,))
+    # logged a step: 100 steps leave them mid-run), then their final runs, in the same two workers.
+    write_sweep(spec, overrides, steps=100, values=(1e-3,), seeds=(0,))
     out = tmp_path / "out"
     args = ["compare", str(spec), "--out", str(out), "--jobs", "2", "--no-report"]
     # Its output to files, not pipes: the workers hold its pipes open, so their end would be its end.
