@@ -202,11 +202,17 @@ def _cli(capsys, *argv):
 
 
 @pytest.mark.slow
-def test_the_harness_bits_per_byte_agrees_with_blocklabs_own(clm_run):
+def test_the_harness_bits_per_byte_agrees_with_blocklabs_own(clm_run, monkeypatch):
+    from torch.utils import collect_env
+
     from blocklab.hf.evaluation import evaluate
     from blocklab.hf.perplexity import rolling_bits_per_byte
 
+    # The harness's environment report (about ten processes, seconds a task) is not made: nothing keeps it.
+    reports = []
+    monkeypatch.setattr(collect_env, "get_pretty_env_info", lambda: reports.append(1) or "")
     record = evaluate(clm_run, "blocklab_val_bpb")
+    assert not reports
     ours = rolling_bits_per_byte(clm_run)
     theirs = record["results"]["blocklab_val_bpb"]
     assert ours["documents"] == record["n-samples"]["blocklab_val_bpb"]["effective"] >= 2
@@ -223,13 +229,21 @@ def test_the_harness_bits_per_byte_agrees_with_blocklabs_own(clm_run):
     assert record["export"] == str(clm_run / "hf-export" / "step-6") and export["step"] == record["step"] == 6
 
 
-@pytest.mark.slow
-def test_the_code_tasks_score_an_accuracy_over_their_documents(clm_run):
+CODE_TASKS = [n for n in SHIPPED_TASKS if n != "blocklab_val_bpb"]
+
+
+@pytest.fixture(scope="module")
+def code_tasks(clm_run):
+    """The shipped code tasks evaluated once (3 documents each): the record, and the task files it wrote."""
     from blocklab.hf.evaluation import evaluate
 
-    names = [n for n in SHIPPED_TASKS if n != "blocklab_val_bpb"]
-    record = evaluate(clm_run, names, limit=3)
-    for name in names:
+    return evaluate(clm_run, CODE_TASKS, limit=3)
+
+
+@pytest.mark.slow
+def test_the_code_tasks_score_an_accuracy_over_their_documents(clm_run, code_tasks):
+    record = code_tasks
+    for name in CODE_TASKS:
         lines = (clm_run / "eval" / "tasks" / f"{name}.jsonl").read_text().splitlines()
         assert len(lines) == record["blocklab_tasks"][name]["documents"] >= 1
         assert record["n-samples"][name]["effective"] == min(3, len(lines))
@@ -282,12 +296,10 @@ def test_the_command_writes_the_results_and_prints_a_table(clm_run, capsys):
 
 
 @pytest.mark.slow
-def test_a_task_config_file_runs_with_one_progress_line_per_task_and_no_bars(clm_run, tmp_path, capsys):
+def test_a_task_config_file_runs_with_one_progress_line_per_task_and_no_bars(clm_run, code_tasks, tmp_path, capsys):
     """--tasks FILE.yaml (lm-eval's task format, as --help says): a user's own task. Each task says one line as it
     finishes; no progress bar of the harness, datasets or transformers, no `git describe` complaint."""
-    from blocklab.hf.evaluation import evaluate
-
-    evaluate(clm_run, ["blocklab_wrong_operator"], limit=2)  # writes the shipped task's config and its data
+    # code_tasks wrote the shipped task's config and its data: the user's task is a copy of it
     shipped = clm_run / "eval" / "tasks" / "blocklab_wrong_operator.yaml"
     mine = tmp_path / "my_task.yaml"
     mine.write_text(shipped.read_text().replace("task: blocklab_wrong_operator", "task: my_task"))

@@ -95,7 +95,9 @@ def no_progress_bars():
     twenty per task), their tokenizer's long-input warning (the harness cuts long contexts itself; evaluate() says
     how often), and the harness's `git describe` of whatever folder the user stands in (its hash means nothing
     for the run, and outside a repository git prints 'fatal: not a git repository'). evaluate() says one line per
-    task instead. Every bar is a tqdm (datasets' and transformers' subclass it), so tqdm's own default is set."""
+    task instead. Every bar is a tqdm (datasets' and transformers' subclass it), so tqdm's own default is set.
+    Nor the harness's environment report after each task (torch's collect_env: about ten processes, pip list and
+    nvidia-smi among them, 3 s a task on 2 cores), whose keys the stored record does not keep (eval_store.KEPT)."""
     import lm_eval.evaluator
     import tqdm.std
     from transformers.utils import logging as hf_logging
@@ -109,7 +111,10 @@ def no_progress_bars():
     tqdm.std.tqdm.__init__ = silent
     hf_logging.set_verbosity_error()
     try:
-        with mock.patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None):
+        with (
+            mock.patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None),
+            mock.patch.object(lm_eval.evaluator, "add_env_info", lambda storage: None),
+        ):
             yield
     finally:
         tqdm.std.tqdm.__init__ = original
