@@ -97,5 +97,6 @@ def test_a_sweep_without_probes_leaves_a_stored_probes_folder_alone(tmp_path):
     from blocklab.experiments.sweep import build_sweep
 
     stored_probes(tmp_path, None)
+    before = (tmp_path / "probes" / "probes.json").read_bytes()
     check_probes(build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}}), tmp_path, rerun_changed=False)
-    assert (tmp_path / "probes" / "probes.json").is_file()
+    assert (tmp_path / "probes" / "probes.json").read_bytes() == before and not (tmp_path / "replaced").exists()
