@@ -100,3 +100,13 @@ def test_a_sweep_without_probes_leaves_a_stored_probes_folder_alone(tmp_path):
     before = (tmp_path / "probes" / "probes.json").read_bytes()
     check_probes(build_sweep({"name": "t", "grid": {"model.block": ["pre-ln"]}}), tmp_path, rerun_changed=False)
     assert (tmp_path / "probes" / "probes.json").read_bytes() == before and not (tmp_path / "replaced").exists()
+
+
+def test_a_bad_probes_option_is_one_line_before_any_training(tmp_path):
+    from blocklab.experiments.runner import check_probes
+
+    with pytest.raises(UserError) as e:
+        check_probes(probes_sweep(bogus=3), tmp_path, rerun_changed=False)  # nothing stored yet
+    assert str(e.value) == "[probes]: unrecognized arguments: --bogus 3"
+    with pytest.raises(UserError, match=r"^\[probes\]: argument --seeds: invalid int value: 'x'$"):
+        check_probes(probes_sweep(seeds="x"), tmp_path, rerun_changed=False)

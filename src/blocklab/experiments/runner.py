@@ -57,12 +57,12 @@ def check_changed(runs: list[RunSpec], out: Path, rerun_changed: bool, log=print
 def check_probes(sweep: Sweep, out: Path, rerun_changed: bool, log=print) -> None:
     """A stored probes.json is kept only when it measured what the sweep's [probes] asks: otherwise refused in
     one line, or with --rerun-changed moved to DIR/replaced/ (kept, never deleted) and measured again."""
-    from blocklab.probes.runner import options_of, parse_options
-
-    folder = Path(out) / "probes"
-    if not sweep.probes or not (folder / "probes.json").is_file():
+    if not sweep.probes:
         return
-    wanted = options_of(parse_options(probe_args(sweep, Path(out))))
+    wanted = _probe_options(sweep, Path(out))  # a mistake in [probes] is said now, not after the training
+    folder = Path(out) / "probes"
+    if not (folder / "probes.json").is_file():
+        return
     stored = stored_options(out)
     if stored == wanted:
         return
@@ -78,6 +78,23 @@ def check_probes(sweep: Sweep, out: Path, rerun_changed: bool, log=print) -> Non
         )
     target = keep_aside(folder, Path(out))
     log(f"init probes: options changed ({why}); the old ones moved to {target}")
+
+
+def _probe_options(sweep: Sweep, out: Path) -> dict:
+    """What the sweep's [probes] asks `blocklab probe` to measure; a bad option is one line (argparse's own)."""
+    import contextlib
+    import io
+
+    from blocklab.probes.runner import options_of, parse_options
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            return options_of(parse_options(probe_args(sweep, out)))
+    except SystemExit:
+        lines = said.getvalue().strip().splitlines()
+        why = lines[-1].removeprefix("blocklab probe: error: ") if lines else "not valid"
+        raise UserError(f"[probes]: {why}") from None
 
 
 def keep_aside(path: Path, out: Path) -> Path:
